@@ -1,0 +1,319 @@
+"""``ToolUseEnv``: a multi-turn tool-use task behind the Gymnasium API.
+
+An episode is one task of several user turns. The action is the policy's assistant text; tool calls in it
+are parsed, checked against the schema, executed in the task's sandbox, and their outputs come back as the
+next observation. An answer without a tool call ends the user turn; the turn is verified against the
+ground-truth replay and labelled; the next user turn follows. The reward is the verifier's 0/1 at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, SupportsFloat
+
+import gymnasium as gym
+import jsonschema
+
+from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
+from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt, render_tool
+from seal_envs.parsing import parse_tool_calls
+from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
+from seal_envs.spaces import ChatMessages, Message, UnicodeText
+from seal_envs.spec.loader import ToolDomain, ToolSpec, load_domain
+from seal_envs.task import Task, ToolCall, load_tasks
+from seal_envs.verifier import REFERENCES, TurnReference, canonical_output, episode_classes, judge_turn
+
+Mode = Literal["train", "eval"]
+RESET_ATTEMPTS = 3
+
+
+@cache
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator(json.loads(schema_json))
+
+
+def schema_violations(tool: ToolSpec, arguments: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """Where ``arguments`` break the tool's schema: missing, unknown, wrongly typed or out-of-enum arguments."""
+    props = tool.parameters.get("properties", {})
+    found: list[dict[str, Any]] = [{"kind": "missing", "argument": a} for a in tool.required if a not in arguments]
+    found += [{"kind": "unknown", "argument": a} for a in arguments if a not in props]
+    known = {k: v for k, v in arguments.items() if k in props}
+    schema = {**tool.parameters, "required": []}
+    for error in _validator(json.dumps(schema, sort_keys=True)).iter_errors(known):
+        argument = error.absolute_path[0] if error.absolute_path else None
+        if error.validator == "type":
+            found.append({"kind": "type", "argument": argument, "expected": error.validator_value})
+        elif error.validator == "enum":
+            found.append({"kind": "enum", "argument": argument})
+        elif error.validator != "additionalProperties":
+            found.append({"kind": "schema", "argument": argument, "message": error.message})
+    return tuple(found)
+
+
+def _as_domains(domain: str | Path | ToolDomain | Sequence[str | Path | ToolDomain]) -> tuple[ToolDomain, ...]:
+    items = [domain] if isinstance(domain, (str, Path, ToolDomain)) else list(domain)
+    return tuple(d if isinstance(d, ToolDomain) else load_domain(d) for d in items)
+
+
+class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
+    """Multi-turn tool use with an executable verifier, per-turn diagnosis and an evolvable interface.
+
+    Args:
+        domain: a bundled domain name, a directory/file of a tool spec, a ``ToolDomain``, or several of these.
+        tasks: tasks to sample from; default: the ``tasks.json`` next to the (first) domain's spec.
+        mode: ``"train"`` (the interface may be mutated) or ``"eval"`` (always the original interface).
+        sandbox: where tools run; ``"docker"`` (default, isolated) or ``"inprocess"`` (debugging only).
+        max_steps_per_turn: assistant messages per user turn before the turn is cut off.
+        system_prompt: base system prompt (a task's own prompt wins); None: no system message.
+        interface: a starting interface state for training envs (e.g. loaded from a checkpoint).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        domain: str | Path | ToolDomain | Sequence[str | Path | ToolDomain] = "shop",
+        tasks: str | Path | Sequence[Task] | None = None,
+        mode: Mode = "train",
+        sandbox: SandboxConfig | Literal["docker", "inprocess"] = "docker",
+        max_steps_per_turn: int = 20,
+        system_prompt: str | None = None,
+        interface: InterfaceState | None = None,
+        render_mode: str | None = None,
+    ):
+        if mode not in ("train", "eval"):
+            raise ValueError(f"mode must be 'train' or 'eval', not {mode!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', not {render_mode!r}")
+        self.domains = _as_domains(domain)
+        self.tools: dict[str, ToolSpec] = {}
+        for d in self.domains:
+            for tool in d.tools:
+                if tool.name in self.tools:
+                    raise ValueError(f"tool {tool.name!r} is defined by more than one domain")
+                self.tools[tool.name] = tool
+        if tasks is None:
+            tasks = load_tasks(self.domains[0].root)
+        elif isinstance(tasks, (str, Path)):
+            tasks = load_tasks(tasks)
+        self.tasks: tuple[Task, ...] = tuple(tasks)
+        if not self.tasks:
+            raise ValueError("no tasks given")
+        self._tasks_by_id = {t.id: t for t in self.tasks}
+        self.mode: Mode = mode
+        self.sandbox_config = SandboxConfig(backend=sandbox) if isinstance(sandbox, str) else sandbox
+        self.max_steps_per_turn = max_steps_per_turn
+        self.system_prompt = system_prompt
+        self.render_mode = render_mode
+        self.python_paths = tuple(str(p) for d in self.domains for p in d.python_paths)
+        self._interface = InterfaceState() if mode == "eval" or interface is None else interface
+        self.action_space = UnicodeText(max_length=1 << 16)
+        self.observation_space = ChatMessages()
+        self._sandbox: Sandbox | None = None
+        self._task: Task | None = None
+        self._done = True
+        self.messages: list[Message] = []
+
+    # ------------------------------------------------------------------ interface evolution
+
+    @property
+    def interface(self) -> InterfaceState:
+        """The training-time interface state; applied from the next ``reset``."""
+        return self._interface
+
+    def mutate(self, diagnosis: FailureInput | InterfaceState) -> InterfaceState:
+        """Evolve the interface from a failure profile or diagnoses (or adopt a saved ``InterfaceState``)."""
+        if self.mode == "eval":
+            raise RuntimeError("evaluation envs always run the original interface; mutate a mode='train' env instead")
+        self._interface = diagnosis if isinstance(diagnosis, InterfaceState) else evolve(self._interface, diagnosis)
+        return self._interface
+
+    # ------------------------------------------------------------------ episode
+
+    def _pick_task(self, options: dict[str, Any] | None) -> Task:
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if task_id not in self._tasks_by_id:
+            sample = ", ".join(list(self._tasks_by_id)[:5])
+            raise ValueError(f"unknown task_id {task_id!r}; this env has {len(self.tasks)} tasks, e.g. {sample}")
+        return self._tasks_by_id[task_id]
+
+    def _load_episode(self, task: Task) -> tuple[TurnReference, ...] | None:
+        """Take a sandbox, compute (or reuse) the reference replay, load the initial state.
+
+        Returns None and sets ``_task_error`` when the task itself cannot be executed.
+        """
+        pool = get_pool(self.sandbox_config)
+        for attempt in range(RESET_ATTEMPTS):
+            if self._sandbox is None:
+                self._sandbox = pool.acquire()
+            try:
+                reference = REFERENCES.get(task, self._sandbox, self.tools, self.python_paths)
+                self._sandbox.reset(episode_classes(task, self.tools), self.python_paths)
+                return reference
+            except SandboxError as exc:
+                pool.discard(self._sandbox)
+                self._sandbox = None
+                if attempt == RESET_ATTEMPTS - 1:
+                    raise SandboxError(f"could not start a sandbox after {RESET_ATTEMPTS} attempts: {exc}") from exc
+            except (ValueError, KeyError, TypeError) as exc:
+                self._task_error = f"task {task.id!r} cannot be executed: {exc}"
+                return None
+        raise AssertionError("unreachable")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        task = self._pick_task(options)
+        self._task, self._task_error = task, None
+        self._reference = self._load_episode(task)
+        self._episode_interface = self._interface
+        self._available = list(task.tools if task.tools is not None else self.tools)
+        self._turn, self._steps_in_turn = 0, 0
+        self._diagnoses: list[Diagnosis] = []
+        self._verdicts: list[TurnVerdict] = []
+        self._done = False
+        prompt = render_system_prompt(task.system_prompt or self.system_prompt, self._episode_interface)
+        self.messages = [{"role": "system", "content": prompt}] if prompt else []
+        observation = self._start_turn()
+        self.messages.extend(observation)
+        observation = tuple(self.messages)
+        return observation, self._info(task_error=self._task_error)
+
+    def _start_turn(self) -> list[Message]:
+        turn = self._task.turns[self._turn]
+        self._available += [n for n in turn.add_tools if n not in self._available]
+        self._records: list[CallRecord] = []
+        self._outputs: list[str] = []
+        self._steps_in_turn = 0
+        return [{"role": "user", "content": turn.user}]
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools offered right now, in the OpenAI ``tools=`` format (interface cues applied)."""
+        return [render_tool(self.tools[n], self._episode_interface) for n in self._available if n in self.tools]
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "task_id": self._task.id,
+            "category": self._task.category,
+            "turn": self._turn,
+            "tools": self.tool_schemas,
+            "labels": [d.label.value for d in self._diagnoses],
+            "interface_version": self._episode_interface.version,
+            **extra,
+        }
+
+    def _execute(self, call: ToolCall) -> tuple[CallRecord, CallResult | None]:
+        tool = self.tools.get(call.name) if call.name in self._available else None
+        if tool is None:
+            error = f"no function named {call.name!r} is available"
+            return CallRecord(self._steps_in_turn, "unknown_tool", call, error=error), None
+        violations = schema_violations(tool, call.arguments)
+        result = self._sandbox.call(tool.implementation, call.arguments)
+        if result.infrastructure:
+            outcome = "infrastructure_error"
+        elif not result.ok:
+            outcome = "invalid_arguments" if violations else "execution_error"
+        else:
+            outcome = "ok"
+        record = CallRecord(self._steps_in_turn, outcome, call, tool.mutates_state, violations,
+                            None if result.ok else f"{result.error_type}: {result.error}", result.output)
+        return record, result
+
+    def _tool_message(self, record: CallRecord, content: str, name: str) -> Message:
+        hint = render_error_hint(record, self._available, self._episode_interface)
+        return {"role": "tool", "name": name, "content": f"{content}\n\n{hint}" if hint else content}
+
+    def step(self, action: str):
+        if self._done:
+            raise RuntimeError("the episode is over; call reset() first")
+        if self._task_error is not None:
+            return self._finish_with(Label.TASK_ERROR, self._task_error)
+        parsed = parse_tool_calls(action)
+        self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
+        self._steps_in_turn += 1
+        observation: list[Message] = []
+        for error in parsed.errors:
+            record = CallRecord(self._steps_in_turn, "parse_error", error=error.reason)
+            self._records.append(record)
+            observation.append(self._tool_message(record, json.dumps({"error": f"ParseError: {error.reason}"}), "parse_error"))
+        for call in parsed.calls:
+            record, result = self._execute(call)
+            self._records.append(record)
+            if record.outcome == "infrastructure_error":
+                self._sandbox_failed()
+                return self._finish_with(Label.INFRASTRUCTURE_ERROR, record.error or "sandbox failure")
+            if result is not None:
+                self._outputs.append(canonical_output(result))
+                content = result.render()
+            else:
+                content = json.dumps({"error": f"UnknownFunction: {record.error}"})
+            observation.append(self._tool_message(record, content, call.name))
+        cap_hit = parsed.has_tool_calls and self._steps_in_turn >= self.max_steps_per_turn
+        turn_ended = not parsed.has_tool_calls or cap_hit
+        diagnosis = None
+        terminated = False
+        reward = 0.0
+        if turn_ended:
+            try:
+                diagnosis = self._end_turn("" if parsed.has_tool_calls else parsed.content, cap_hit)
+            except SandboxError as exc:
+                self._sandbox_failed()
+                return self._finish_with(Label.INFRASTRUCTURE_ERROR, str(exc))
+            self._turn += 1
+            if self._turn < len(self._task.turns):
+                observation += self._start_turn()
+            else:
+                terminated, self._done = True, True
+                reward = float(all(v.passed for v in self._verdicts))
+        self.messages.extend(observation)
+        info = self._info(turn_ended=turn_ended, label=diagnosis.label.value if diagnosis else None,
+                          diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False)
+        if terminated:
+            info["turn"] = len(self._task.turns) - 1
+            info["verdicts"] = [v.passed for v in self._verdicts]
+        return tuple(observation), reward, terminated, False, info
+
+    def _end_turn(self, final_response: str, cap_hit: bool) -> Diagnosis:
+        turn = self._task.turns[self._turn]
+        verdict = judge_turn(self._reference[self._turn], turn, self._sandbox.snapshot(), self._outputs, final_response)
+        evidence = TurnEvidence(self._turn, turn, tuple(self._records), final_response, verdict, cap_hit)
+        mutating = frozenset(n for n, t in self.tools.items() if t.mutates_state)
+        diagnosis = diagnose_turn(evidence, mutating)
+        self._verdicts.append(verdict)
+        self._diagnoses.append(diagnosis)
+        return diagnosis
+
+    def _sandbox_failed(self) -> None:
+        if self._sandbox is not None:
+            get_pool(self.sandbox_config).discard(self._sandbox)
+            self._sandbox = None
+
+    def _finish_with(self, label: Label, reason: str):
+        """End the episode on a fault that is not the agent's: reward 0, flagged so trainers mask it."""
+        diagnosis = Diagnosis(self._turn, label, reason)
+        self._diagnoses.append(diagnosis)
+        self._done = True
+        info = self._info(turn_ended=True, label=label.value, diagnosis=diagnosis.to_json(),
+                          infrastructure_error=label is Label.INFRASTRUCTURE_ERROR, task_error=label is Label.TASK_ERROR)
+        return (), 0.0, True, False, info
+
+    @property
+    def diagnoses(self) -> tuple[Diagnosis, ...]:
+        """The current episode's turn diagnoses so far."""
+        return tuple(self._diagnoses)
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(f"[{m['role']}] {m['content']}" for m in self.messages)
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            get_pool(self.sandbox_config).release(self._sandbox)
+            self._sandbox = None
+        super().close()

@@ -1,0 +1,30 @@
+"""In-process sandbox: the tool server's code called directly. No isolation; for debugging only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig
+from seal_envs.sandbox.server import ToolServer
+
+
+class InProcessSandbox(Sandbox):
+    def __init__(self, config: SandboxConfig | None = None):
+        self._server = ToolServer((config or SandboxConfig(backend="inprocess")).max_output_bytes)
+
+    def reset(self, classes: dict[str, Any], python_paths=()) -> None:
+        reply = self._server.handle({"op": "reset", "classes": classes, "python_paths": list(python_paths)})
+        if not reply["ok"]:
+            raise ValueError(f"cannot load the task state: {reply['error']['type']}: {reply['error']['message']}")
+
+    def call(self, target: str, arguments: dict[str, Any]) -> CallResult:
+        reply = self._server.handle({"op": "call", "target": target, "arguments": arguments})
+        if reply["ok"]:
+            return CallResult(ok=True, output=reply["result"])
+        return CallResult(ok=False, error_type=reply["error"]["type"], error=reply["error"]["message"])
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._server.snapshot()
+
+    def close(self) -> None:
+        self._server.instances = {}

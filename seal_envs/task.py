@@ -1,0 +1,86 @@
+"""Tasks: multi-turn episodes with an initial state and ground-truth calls per user turn."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seal_envs.spec.loader import BUNDLED_SPECS, SpecError, read_json, validate_document
+
+TASK_FILE = "tasks.json"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A parsed or ground-truth call: tool name and JSON arguments."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+    def key(self) -> str:
+        """Canonical string, for comparing calls independent of key order."""
+        return json.dumps(self.to_json(), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Turn:
+    user: str
+    ground_truth: tuple[ToolCall, ...]
+    required_response: tuple[str, ...] = ()
+    expects_abstention: bool = False
+    add_tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    domain: str
+    initial_state: dict[str, Any]
+    turns: tuple[Turn, ...]
+    category: str = "base"
+    tools: tuple[str, ...] | None = None  # None: every tool of the domain
+    system_prompt: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+def task_from_json(doc: dict[str, Any], domain: str) -> Task:
+    return Task(
+        id=doc["id"],
+        domain=domain,
+        category=doc.get("category", "base"),
+        initial_state=doc["initial_state"],
+        tools=tuple(doc["tools"]) if "tools" in doc else None,
+        system_prompt=doc.get("system_prompt"),
+        turns=tuple(
+            Turn(
+                user=t["user"],
+                ground_truth=tuple(ToolCall(c["name"], c["arguments"]) for c in t["ground_truth"]),
+                required_response=tuple(t.get("required_response", ())),
+                expects_abstention=t.get("expects_abstention", False),
+                add_tools=tuple(t.get("add_tools", ())),
+            )
+            for t in doc["turns"]
+        ),
+    )
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Load ``tasks.json`` of a domain directory (a bare name means a bundled domain)."""
+    path = Path(path)
+    if not path.exists() and not path.is_absolute() and len(path.parts) == 1:
+        path = BUNDLED_SPECS / path
+    file = path / TASK_FILE if path.is_dir() else path
+    document = read_json(file)
+    validate_document(document, "task_schema.json", file)
+    tasks = [task_from_json(t, document["domain"]) for t in document["tasks"]]
+    seen: set[str] = set()
+    for i, task in enumerate(tasks):
+        if task.id in seen:
+            raise SpecError(file, f"$.tasks[{i}].id", f"duplicate task id {task.id!r}")
+        seen.add(task.id)
+    return tasks

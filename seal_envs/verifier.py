@@ -1,0 +1,120 @@
+"""The executable verifier: replay the ground truth on a fresh copy of the initial state, compare per turn.
+
+A turn passes when (1) the state after the agent's turn equals the state after the ground-truth calls,
+(2) every output the ground-truth calls produced in that turn also appears among the agent's outputs
+(read-only calls leave no state, so their results are what the user needed), and (3) the final answer
+contains the task's required response content, if any. The episode's reward is 1 iff every turn passes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seal_envs.diagnosis import TurnVerdict
+from seal_envs.sandbox.base import CallResult, Sandbox
+from seal_envs.spec.loader import ToolSpec
+from seal_envs.task import Task, Turn
+
+MAX_DIFF_PATHS = 20
+
+
+@dataclass(frozen=True)
+class TurnReference:
+    """What the ground truth produces in one turn."""
+
+    state: dict[str, Any]
+    outputs: tuple[str, ...]
+
+
+def canonical_output(result: CallResult) -> str:
+    """A comparable form of a call's result (errors compare by type and message)."""
+    if result.ok:
+        return json.dumps(result.output, sort_keys=True)
+    return json.dumps({"error": f"{result.error_type}: {result.error}"})
+
+
+def episode_classes(task: Task, tools: Mapping[str, ToolSpec]) -> dict[str, Any]:
+    """Every implementation class the task may touch, with its initial state (None: default)."""
+    names = set(task.tools if task.tools is not None else tools) | {n for t in task.turns for n in t.add_tools}
+    paths = set(task.initial_state) | {tools[n].class_path for n in names if n in tools}
+    return {path: task.initial_state.get(path) for path in sorted(paths)}
+
+
+def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec],
+                     python_paths: Sequence[str] = ()) -> tuple[TurnReference, ...]:
+    """Execute the ground truth turn by turn from the initial state and record state and outputs."""
+    sandbox.reset(episode_classes(task, tools), python_paths)
+    references = []
+    for turn in task.turns:
+        outputs = []
+        for call in turn.ground_truth:
+            if call.name not in tools:
+                raise KeyError(f"task {task.id!r}: ground-truth call to unknown tool {call.name!r}")
+            outputs.append(canonical_output(sandbox.call(tools[call.name].implementation, call.arguments)))
+        references.append(TurnReference(state=sandbox.snapshot(), outputs=tuple(outputs)))
+    return tuple(references)
+
+
+def _diff(a: Any, b: Any, path: str, out: list[str]) -> None:
+    if len(out) >= MAX_DIFF_PATHS or a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            _diff(a.get(key), b.get(key), f"{path}.{key}", out)
+    else:
+        out.append(path)
+
+
+def state_diff(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, ...]:
+    """Paths (``Class.attr.key``) where two snapshots differ, at most ``MAX_DIFF_PATHS``."""
+    out: list[str] = []
+    _diff(expected, actual, "$", out)
+    return tuple(out)
+
+
+def judge_turn(reference: TurnReference, turn: Turn, state: dict[str, Any], outputs: Sequence[str],
+               final_response: str) -> TurnVerdict:
+    diff = state_diff(reference.state, state)
+    missing = Counter(reference.outputs) - Counter(outputs)
+    answer = final_response.lower()
+    return TurnVerdict(
+        state_matches=not diff,
+        outputs_match=not missing,
+        response_matches=all(s.lower() in answer for s in turn.required_response),
+        state_diff=diff,
+        missing_outputs=sum(missing.values()),
+    )
+
+
+def task_fingerprint(task: Task) -> str:
+    """Identifies a task's ground truth, so a reference replay is computed once per process."""
+    doc = [task.domain, task.id, task.initial_state, [[c.to_json() for c in t.ground_truth] for t in task.turns]]
+    return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class ReferenceCache:
+    """Process-wide cache of ground-truth replays (they are deterministic), safe across threads."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[TurnReference, ...]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec],
+            python_paths: Sequence[str] = ()) -> tuple[TurnReference, ...]:
+        key = task_fingerprint(task)
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is None:
+            cached = replay_reference(task, sandbox, tools, python_paths)
+            with self._lock:
+                self._cache[key] = cached
+        return cached
+
+
+REFERENCES = ReferenceCache()
