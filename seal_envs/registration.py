@@ -1,15 +1,19 @@
-"""Gymnasium registration of SEAL's environments (idempotent; also the ``gymnasium.envs`` entry point)."""
+"""Gymnasium registration of SEAL's environments (idempotent).
+
+Uses ``gymnasium.envs.registration`` directly: it also runs from ``_seal_gym_hook`` while the ``gymnasium``
+package itself is still being imported.
+"""
 
 from __future__ import annotations
 
-import gymnasium as gym
+from gymnasium.envs.registration import register, registry
 
 ENV_IDS = ("seal/ToolUse-v0", "seal/Shop-v0")
 
 
 def register_envs() -> None:
     """Register every SEAL env id once; safe to call repeatedly."""
-    if "seal/ToolUse-v0" in gym.registry:
+    if "seal/ToolUse-v0" in registry:
         return
-    gym.register(id="seal/ToolUse-v0", entry_point="seal_envs.env:ToolUseEnv", kwargs={"domain": "shop"})
-    gym.register(id="seal/Shop-v0", entry_point="seal_envs.env:ToolUseEnv", kwargs={"domain": "shop"})
+    register(id="seal/ToolUse-v0", entry_point="seal_envs.env:ToolUseEnv", kwargs={"domain": "shop"})
+    register(id="seal/Shop-v0", entry_point="seal_envs.env:ToolUseEnv", kwargs={"domain": "shop"})
