@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seal_envs.spec.loader import BUNDLED_SPECS, SpecError, read_json, validate_document
+from seal_envs.spec.loader import SpecError, cached_by_file, read_json, validate_document
 
 TASK_FILE = "tasks.json"
 
@@ -69,12 +69,9 @@ def task_from_json(doc: dict[str, Any], domain: str) -> Task:
     )
 
 
-def load_tasks(path: str | Path) -> list[Task]:
+@cached_by_file(TASK_FILE)
+def load_tasks(file: Path) -> tuple[Task, ...]:
     """Load ``tasks.json`` of a domain directory (a bare name means a bundled domain)."""
-    path = Path(path)
-    if not path.exists() and not path.is_absolute() and len(path.parts) == 1:
-        path = BUNDLED_SPECS / path
-    file = path / TASK_FILE if path.is_dir() else path
     document = read_json(file)
     validate_document(document, "task_schema.json", file)
     tasks = [task_from_json(t, document["domain"]) for t in document["tasks"]]
@@ -83,4 +80,4 @@ def load_tasks(path: str | Path) -> list[Task]:
         if task.id in seen:
             raise SpecError(file, f"$.tasks[{i}].id", f"duplicate task id {task.id!r}")
         seen.add(task.id)
-    return tasks
+    return tuple(tasks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, wraps
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -117,15 +117,36 @@ def _check_tool(tool: dict[str, Any], index: int, file: Path) -> None:
         raise SpecError(file, f"{where}.parameters.required", f"names {unknown} that are not in 'properties'")
 
 
-def load_domain(path: str | Path) -> ToolDomain:
-    """Load a domain from a directory holding ``tools.json`` (or from the JSON file itself).
-
-    A bare name such as ``"notes"`` refers to a bundled domain under ``tool_specs/``.
-    """
+def resolve_file(path: str | Path, default_name: str) -> Path:
+    """A directory means its ``default_name`` file; a bare name that is not a path means a bundled domain."""
     path = Path(path)
     if not path.exists() and not path.is_absolute() and len(path.parts) == 1:
         path = BUNDLED_SPECS / path
-    file = path / DOMAIN_FILE if path.is_dir() else path
+    return (path / default_name if path.is_dir() else path).resolve()
+
+
+def cached_by_file(default_name: str):
+    """Decorate ``load(file)``: parse each file once per process (hundreds of envs share it), again if it changes."""
+
+    def decorate(load):
+        cached = cache(lambda file, mtime: load(file))
+
+        @wraps(load)
+        def wrapper(path: str | Path):
+            file = resolve_file(path, default_name)
+            return cached(file, file.stat().st_mtime_ns if file.exists() else None)
+
+        return wrapper
+
+    return decorate
+
+
+@cached_by_file(DOMAIN_FILE)
+def load_domain(file: Path) -> ToolDomain:
+    """Load a domain from a directory holding ``tools.json`` (or from the JSON file itself).
+
+    A bare name such as ``"shop"`` refers to a bundled domain under ``tool_specs/``.
+    """
     document = read_json(file)
     validate_document(document, "meta_schema.json", file)
     names: set[str] = set()
