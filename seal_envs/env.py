@@ -133,14 +133,17 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
 
     # ------------------------------------------------------------------ episode
 
-    def _pick_task(self, options: dict[str, Any] | None) -> Task:
-        task_id = (options or {}).get("task_id")
-        if task_id is None:
-            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+    def _task_by_id(self, task_id: str) -> Task:
         if task_id not in self._tasks_by_id:
             sample = ", ".join(list(self._tasks_by_id)[:5])
             raise ValueError(f"unknown task_id {task_id!r}; this env has {len(self.tasks)} tasks, e.g. {sample}")
         return self._tasks_by_id[task_id]
+
+    def _pick_task(self, options: dict[str, Any] | None) -> Task:
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        return self._task_by_id(task_id)
 
     def _load_episode(self, task: Task) -> tuple[TurnReference, ...] | None:
         """Take a sandbox, compute (or reuse) the reference replay, load the initial state.

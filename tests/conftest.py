@@ -1,0 +1,39 @@
+"""Shared fixtures: the ledger test domain and env factories for each sandbox backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LEDGER = FIXTURES / "ledger"
+
+
+def sandbox_backends() -> list[str]:
+    """In-process always; Docker too, unless SEAL_TEST_BACKENDS says otherwise (CI runs both)."""
+    return os.environ.get("SEAL_TEST_BACKENDS", "inprocess,docker").split(",")
+
+
+@pytest.fixture(params=sandbox_backends())
+def backend(request) -> str:
+    if request.param == "docker":
+        request.applymarker(pytest.mark.docker)
+        request.getfixturevalue("docker_daemon")
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def docker_daemon():
+    """A reachable Docker daemon. Skipped locally when none runs; in CI (CI=true) its absence fails."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Docker daemon unreachable in CI ({exc}); .ci/run must start it")
+        pytest.skip(f"no Docker daemon ({exc}); start one with `bash .ci/dockerd.sh start`")
+    return client
