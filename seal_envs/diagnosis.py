@@ -63,12 +63,13 @@ class TurnVerdict:
     state_matches: bool
     outputs_match: bool
     response_matches: bool
+    abstention_ok: bool = True  # a turn with no ground-truth call was answered without calling a tool
     state_diff: tuple[str, ...] = ()  # paths of state that differ (evidence; never shown to the policy)
     missing_outputs: int = 0
 
     @property
     def passed(self) -> bool:
-        return self.state_matches and self.outputs_match and self.response_matches
+        return self.state_matches and self.outputs_match and self.response_matches and self.abstention_ok
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def diagnose_turn(ev: TurnEvidence, mutating_tools: frozenset[str] | None = None
         "state_matches": verdict.state_matches,
         "outputs_match": verdict.outputs_match,
         "response_matches": verdict.response_matches,
+        "abstention_ok": verdict.abstention_ok,
         "state_diff": list(verdict.state_diff),
         "step_cap_hit": ev.step_cap_hit,
     }
@@ -128,9 +130,10 @@ def diagnose_turn(ev: TurnEvidence, mutating_tools: frozenset[str] | None = None
 
     if outcomes["infrastructure_error"]:
         return result(Label.INFRASTRUCTURE_ERROR, "the sandbox failed during the turn")
-    if ev.turn.expects_abstention:
+    if ev.turn.expects_abstention or not ev.turn.ground_truth:
         if records:
-            return result(Label.SPURIOUS_TOOL_CALL, "no available tool fits this turn, but the agent called one")
+            return result(Label.SPURIOUS_TOOL_CALL, "this turn needs no call (no tool fits, or a value is "
+                                                    "missing and must be asked for), but the agent called one")
         if not ev.final_response.strip():
             return result(Label.EMPTY_TURN_MODEL_RESPONSE, "the agent gave no answer")
         return result(Label.CORRECT_ABSTENTION, "the agent answered in text without calling a tool")

@@ -283,7 +283,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
 
     def _end_turn(self, final_response: str, cap_hit: bool) -> Diagnosis:
         turn = self._task.turns[self._turn]
-        verdict = judge_turn(self._reference[self._turn], turn, self._sandbox.snapshot(), self._outputs, final_response)
+        calls_made = sum(r.call is not None for r in self._records)
+        verdict = judge_turn(self._reference[self._turn], turn, self._sandbox.snapshot(), self._outputs,
+                             final_response, calls_made)
         evidence = TurnEvidence(self._turn, turn, tuple(self._records), final_response, verdict, cap_hit)
         mutating = frozenset(n for n, t in self.tools.items() if t.mutates_state)
         diagnosis = diagnose_turn(evidence, mutating)

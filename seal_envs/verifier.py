@@ -3,7 +3,9 @@
 A turn passes when (1) the state after the agent's turn equals the state after the ground-truth calls,
 (2) every output the ground-truth calls produced in that turn also appears among the agent's outputs
 (read-only calls leave no state, so their results are what the user needed), and (3) the final answer
-contains the task's required response content, if any. The episode's reward is 1 iff every turn passes.
+contains the task's required response content, if any, and (4) a turn whose ground truth has no call was
+answered without calling a tool (BFCL's irrelevance rule: the agent must ask or decline, not guess).
+The episode's reward is 1 iff every turn passes.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def state_diff(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, .
 
 
 def judge_turn(reference: TurnReference, turn: Turn, state: dict[str, Any], outputs: Sequence[str],
-               final_response: str) -> TurnVerdict:
+               final_response: str, calls_made: int) -> TurnVerdict:
     diff = state_diff(reference.state, state)
     missing = Counter(reference.outputs) - Counter(outputs)
     answer = final_response.lower()
@@ -87,6 +89,7 @@ def judge_turn(reference: TurnReference, turn: Turn, state: dict[str, Any], outp
         state_matches=not diff,
         outputs_match=not missing,
         response_matches=all(s.lower() in answer for s in turn.required_response),
+        abstention_ok=bool(turn.ground_truth) or calls_made == 0,
         state_diff=diff,
         missing_outputs=sum(missing.values()),
     )
