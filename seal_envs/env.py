@@ -178,6 +178,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self._turn, self._steps_in_turn = 0, 0
         self._diagnoses: list[Diagnosis] = []
         self._verdicts: list[TurnVerdict] = []
+        self._executed: list[tuple[str, dict[str, Any]]] = []  # successful calls, to rebuild a lost sandbox
         self._done = False
         prompt = render_system_prompt(task.system_prompt or self.system_prompt, self._episode_interface)
         self.messages = [{"role": "system", "content": prompt}] if prompt else []
@@ -217,15 +218,33 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             return CallRecord(self._steps_in_turn, "unknown_tool", call, error=error), None
         violations = schema_violations(tool, call.arguments)
         result = self._sandbox.call(tool.implementation, call.arguments)
+        if not result.infrastructure and not self._sandbox.alive:
+            result = self._recover_from_tool_death(result)
         if result.infrastructure:
             outcome = "infrastructure_error"
         elif not result.ok:
             outcome = "invalid_arguments" if violations else "execution_error"
         else:
             outcome = "ok"
+            self._executed.append((tool.implementation, call.arguments))
         record = CallRecord(self._steps_in_turn, outcome, call, tool.mutates_state, violations,
                             None if result.ok else f"{result.error_type}: {result.error}", result.output)
         return record, result
+
+    def _recover_from_tool_death(self, result: CallResult) -> CallResult:
+        """A tool hung, crashed or exhausted its limits and took its sandbox down: that is the tool's (or the
+        agent's) failure, not ours. Rebuild the episode's state in a fresh sandbox by replaying the calls that
+        succeeded so far (tools are deterministic), and report the call as failed."""
+        self._sandbox_failed()
+        try:
+            self._sandbox = get_pool(self.sandbox_config).acquire()
+            self._sandbox.reset(episode_classes(self._task, self.tools), self.python_paths)
+            for target, arguments in self._executed:
+                if self._sandbox.call(target, arguments).infrastructure:
+                    raise SandboxError("replay into the replacement sandbox failed")
+        except (SandboxError, ValueError) as exc:
+            return CallResult(ok=False, error_type="SandboxLost", error=str(exc), infrastructure=True)
+        return result
 
     def _tool_message(self, record: CallRecord, content: str, name: str) -> Message:
         hint = render_error_hint(record, self._available, self._episode_interface)

@@ -3,64 +3,166 @@
 from __future__ import annotations
 
 import atexit
+import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable
 
 from seal_envs.sandbox.base import Sandbox, SandboxConfig
 
+log = logging.getLogger(__name__)
+CLOSE_JOIN_S = 30.0  # how long close() waits for a container start in flight (so it cannot leak)
+MAX_BACKOFF_S = 5.0
+
 
 class SandboxPool:
     """Thread-safe pool: ``acquire`` hands out a ready sandbox, ``release`` returns it for reuse,
-    ``discard`` destroys a broken one. Idle sandboxes beyond ``config.pool_size`` are closed."""
+    ``discard`` destroys a broken one. A background thread keeps ``config.pool_size`` sandboxes started
+    ahead of demand; idle ones beyond that are closed. ``close`` closes every sandbox the pool made,
+    handed out or not, so nothing outlives the pool."""
 
-    def __init__(self, factory: Callable[[], Sandbox], config: SandboxConfig):
+    def __init__(self, factory: Callable[[], Sandbox], config: SandboxConfig,
+                 on_start: Callable[[], object] | None = None, prestart: bool = True):
         self._factory = factory
         self.config = config
         self._idle: list[Sandbox] = []
-        self._lock = threading.Lock()
+        self._leased: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+        self._cond = threading.Condition()
         self._closed = False
+        self._refiller: threading.Thread | None = None
+        if on_start is not None or (prestart and config.pool_size > 0):
+            self._refiller = threading.Thread(target=self._refill, args=(on_start, prestart),
+                                              name="seal-sandbox-pool", daemon=True)
+            self._refiller.start()
+
+    def _refill(self, on_start: Callable[[], object] | None, prestart: bool) -> None:
+        """Run ``on_start`` (the reaper), then keep the idle list topped up; back off while starts fail."""
+        if on_start is not None:
+            try:
+                on_start()
+            except Exception as exc:  # a reaper failure must not stop the pool
+                log.warning("sandbox pool start hook failed: %s", exc)
+        backoff = 0.1
+        while prestart:
+            with self._cond:
+                while not self._closed and len(self._idle) >= self.config.pool_size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            try:
+                sandbox = self._factory()
+            except Exception as exc:
+                log.warning("could not prestart a sandbox (retrying in %.1f s): %s", backoff, exc)
+                with self._cond:
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            backoff = 0.1
+            with self._cond:
+                if not self._closed:
+                    self._idle.append(sandbox)
+                    self._cond.notify_all()
+                    continue
+            sandbox.close()
+            return
 
     def acquire(self) -> Sandbox:
-        with self._lock:
+        """A live sandbox: a warm one if any is ready, else one started now."""
+        stale: list[Sandbox] = []
+        sandbox: Sandbox | None = None
+        with self._cond:
             if self._closed:
                 raise RuntimeError("the sandbox pool is closed")
-            while self._idle:
-                sandbox = self._idle.pop()
-                if sandbox.alive:
-                    return sandbox
+            while self._idle and sandbox is None:
+                candidate = self._idle.pop()
+                if candidate.alive:
+                    sandbox = candidate
+                else:
+                    stale.append(candidate)
+            self._cond.notify_all()  # wake the refiller
+        for dead in stale:
+            dead.close()
+        if sandbox is None:
+            sandbox = self._factory()
+        with self._cond:
+            if self._closed:
                 sandbox.close()
-        return self._factory()
+                raise RuntimeError("the sandbox pool is closed")
+            self._leased.add(sandbox)
+        return sandbox
 
     def release(self, sandbox: Sandbox) -> None:
-        with self._lock:
+        """Return a sandbox after its episode; it is reused when alive and the pool is not full."""
+        with self._cond:
+            self._leased.discard(sandbox)
             if not self._closed and sandbox.alive and len(self._idle) < self.config.pool_size:
                 self._idle.append(sandbox)
                 return
         sandbox.close()
 
     def discard(self, sandbox: Sandbox) -> None:
+        """Destroy a broken sandbox; the refiller starts a replacement."""
+        with self._cond:
+            self._leased.discard(sandbox)
+            self._cond.notify_all()
         sandbox.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def idle_count(self) -> int:
+        with self._cond:
+            return len(self._idle)
+
     def close(self) -> None:
-        with self._lock:
-            self._closed, idle, self._idle = True, self._idle, []
-        for sandbox in idle:
-            sandbox.close()
+        """Close every sandbox of this pool, idle and handed out. Idempotent."""
+        with self._cond:
+            self._closed = True
+            sandboxes = [*self._idle, *self._leased]
+            self._idle, self._leased = [], weakref.WeakSet()
+            self._cond.notify_all()
+        if self._refiller is not None and self._refiller is not threading.current_thread():
+            self._refiller.join(CLOSE_JOIN_S)
+        _close_many(sandboxes)
+
+
+def _close_many(sandboxes: list[Sandbox]) -> None:
+    """Close in parallel: removing a container takes tens of milliseconds."""
+    threads = [threading.Thread(target=s.close, daemon=True) for s in sandboxes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(CLOSE_JOIN_S)
 
 
 _pools: dict[SandboxConfig, SandboxPool] = {}
 _pools_lock = threading.Lock()
 
 
-def _factory(config: SandboxConfig) -> Callable[[], Sandbox]:
+def _after_fork_in_child() -> None:
+    """A forked child starts with no pools: the parent's sandboxes are the parent's to use and close."""
+    global _pools_lock
+    _pools_lock = threading.Lock()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _make_pool(config: SandboxConfig) -> SandboxPool:
     if config.backend == "inprocess":
         from seal_envs.sandbox.inprocess import InProcessSandbox
 
-        return lambda: InProcessSandbox(config)
+        return SandboxPool(lambda: InProcessSandbox(config), config, prestart=False)
     if config.backend == "docker":
-        from seal_envs.sandbox.docker import DockerSandbox
+        from seal_envs.sandbox.docker import DockerSandbox, docker_client
+        from seal_envs.sandbox.reaper import reap
 
-        return lambda: DockerSandbox(config)
+        docker_client()  # fail here, with advice, when the daemon is unreachable
+        return SandboxPool(lambda: DockerSandbox(config), config, on_start=reap)
     raise ValueError(f"unknown sandbox backend {config.backend!r}; use 'docker' or 'inprocess'")
 
 
@@ -68,8 +170,8 @@ def get_pool(config: SandboxConfig) -> SandboxPool:
     """The process's pool for this configuration (one per Ray worker process, created lazily)."""
     with _pools_lock:
         pool = _pools.get(config)
-        if pool is None:
-            pool = _pools[config] = SandboxPool(_factory(config), config)
+        if pool is None or pool.closed:
+            pool = _pools[config] = _make_pool(config)
         return pool
 
 

@@ -1,0 +1,57 @@
+"""``seal-envs``: build sandbox images ahead of time and clean up after killed runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from seal_envs.sandbox.base import SandboxError
+
+
+def _image_build(args: argparse.Namespace) -> int:
+    from seal_envs.sandbox.docker import docker_client
+    from seal_envs.sandbox.image import build_image
+
+    spec = build_image(docker_client(), args.kind)
+    print(spec.tag)
+    return 0
+
+
+def _sandbox_reap(args: argparse.Namespace) -> int:
+    from seal_envs.sandbox.reaper import reap
+
+    removed = reap()
+    print(f"removed {len(removed)} orphaned sandbox container(s)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from seal_envs.sandbox.image import KINDS
+
+    parser = argparse.ArgumentParser(prog="seal-envs", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    image = commands.add_parser("image", help="sandbox images").add_subparsers(dest="action", required=True)
+    build = image.add_parser("build", help="build (or find) a sandbox image and print its tag")
+    build.add_argument("--kind", choices=KINDS, default="host-python",
+                       help="host-python (default: host Python mounted read-only), debootstrap (minimal Debian "
+                            "rootfs, needs root and an apt mirror), dockerfile (docker build, needs a registry)")
+    build.set_defaults(handler=_image_build)
+
+    sandbox = commands.add_parser("sandbox", help="sandbox containers").add_subparsers(dest="action", required=True)
+    reap = sandbox.add_parser("reap", help="remove containers left behind by dead processes on this host")
+    reap.set_defaults(handler=_sandbox_reap)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (SandboxError, RuntimeError) as exc:
+        print(f"seal-envs: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Remove sandbox containers whose owner process is gone (killed with SIGKILL, crashed, OOM-killed).
+
+Every container is labelled with its owner's host, pid and process start time (the start time guards
+against a reused pid). The pool runs ``reap`` when it is created; ``seal-envs sandbox reap`` runs it by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import lru_cache
+
+import docker
+
+LABEL = "seal.sandbox"
+OWNER_PID, OWNER_START, OWNER_HOST = "seal.owner_pid", "seal.owner_start", "seal.owner_host"
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+@lru_cache(maxsize=None)
+def host_id() -> str:
+    """This machine's identity: hostname plus boot id, so two hosts sharing a daemon never reap each other."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        boot_id = "unknown-boot"
+    return f"{socket.gethostname()}/{boot_id}"
+
+
+def owner_labels() -> dict[str, str]:
+    """The labels that tie a new container to the calling process."""
+    pid = os.getpid()
+    return {OWNER_PID: str(pid), OWNER_START: process_start_time(pid) or "", OWNER_HOST: host_id()}
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    try:
+        pid = int(labels.get(OWNER_PID, ""))
+    except ValueError:
+        return False
+    start = process_start_time(pid)
+    return start is not None and start == labels.get(OWNER_START, start)
+
+
+def orphans(client: docker.DockerClient) -> list[str]:
+    """Ids of this host's sandbox containers (running or exited) whose owner process no longer exists."""
+    listed = client.api.containers(all=True, filters={"label": [f"{LABEL}=1", f"{OWNER_HOST}={host_id()}"]})
+    return [c["Id"] for c in listed if not owner_alive(c.get("Labels") or {})]
+
+
+def reap(client: docker.DockerClient | None = None) -> list[str]:
+    """Remove the orphaned sandbox containers of this host; returns their ids."""
+    from seal_envs.sandbox.docker import docker_client, remove_containers
+
+    client = client or docker_client()
+    found = orphans(client)
+    remove_containers(client, found)
+    return found
