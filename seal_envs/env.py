@@ -179,6 +179,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self._diagnoses: list[Diagnosis] = []
         self._verdicts: list[TurnVerdict] = []
         self._executed: list[tuple[str, dict[str, Any]]] = []  # successful calls, to rebuild a lost sandbox
+        self._outputs: list[str] = []  # every call's output this episode (the verifier accepts earlier ones)
         self._done = False
         prompt = render_system_prompt(task.system_prompt or self.system_prompt, self._episode_interface)
         self.messages = [{"role": "system", "content": prompt}] if prompt else []
@@ -191,7 +192,6 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         turn = self._task.turns[self._turn]
         self._available += [n for n in turn.add_tools if n not in self._available]
         self._records: list[CallRecord] = []
-        self._outputs: list[str] = []
         self._steps_in_turn = 0
         return [{"role": "user", "content": turn.user}]
 

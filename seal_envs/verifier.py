@@ -1,11 +1,22 @@
 """The executable verifier: replay the ground truth on a fresh copy of the initial state, compare per turn.
 
-A turn passes when (1) the state after the agent's turn equals the state after the ground-truth calls,
-(2) every output the ground-truth calls produced in that turn also appears among the agent's outputs
-(read-only calls leave no state, so their results are what the user needed), and (3) the final answer
-contains the task's required response content, if any, and (4) a turn whose ground truth has no call was
-answered without calling a tool (BFCL's irrelevance rule: the agent must ask or decline, not guess).
+A turn passes when
+(1) the state after the agent's turn equals the state after the ground-truth calls (every public attribute of
+    every backend instance, as BFCL's ``state_checker`` compares them);
+(2) every output the ground-truth calls produced in that turn appears among the agent's outputs, counted with
+    multiplicity and in any order (BFCL's ``response_checker``: read-only calls leave no state, so their results
+    are what the user needed). ``outputs`` are the agent's outputs so far in the episode: BFCL accepts a result
+    the agent already obtained in an earlier turn;
+(3) a turn whose ground truth has calls saw at least one call (BFCL's ``empty_turn_model_response``);
+(4) the final answer contains the task's required response content, if any;
+(5) a turn whose ground truth has no call was answered without calling a tool (the agent must ask or decline,
+    not guess).
 The episode's reward is 1 iff every turn passes.
+
+BFCL tasks (``Task.metadata["checker"] == "bfcl"``) follow the official ``multi_turn_checker`` exactly: a turn
+whose ground truth is empty is not judged at all (no state, output or abstention check; calls made there still
+run, so their effects show in the next turn's state), because BFCL's irrelevance checker is not part of its
+multi-turn score. The diagnosis still labels such a call ``spurious_tool_call``.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ class TurnReference:
 
     state: dict[str, Any]
     outputs: tuple[str, ...]
+    judged: bool = True  # False: the official checker skips this turn (BFCL, empty ground truth)
 
 
 def canonical_output(result: CallResult) -> str:
@@ -59,7 +71,8 @@ def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec]
             if call.name not in tools:
                 raise KeyError(f"task {task.id!r}: ground-truth call to unknown tool {call.name!r}")
             outputs.append(canonical_output(sandbox.call(tools[call.name].implementation, call.arguments)))
-        references.append(TurnReference(state=sandbox.snapshot(), outputs=tuple(outputs)))
+        judged = bool(turn.ground_truth) or task.metadata.get("checker") != "bfcl"
+        references.append(TurnReference(state=sandbox.snapshot(), outputs=tuple(outputs), judged=judged))
     return tuple(references)
 
 
@@ -82,12 +95,16 @@ def state_diff(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, .
 
 def judge_turn(reference: TurnReference, turn: Turn, state: dict[str, Any], outputs: Sequence[str],
                final_response: str, calls_made: int) -> TurnVerdict:
+    """Compare one turn with its reference; ``outputs`` are the agent's outputs so far, ``calls_made`` this turn's
+    parsed calls (including calls to unavailable tools, which BFCL also counts)."""
+    if not reference.judged:
+        return TurnVerdict(state_matches=True, outputs_match=True, response_matches=True)
     diff = state_diff(reference.state, state)
     missing = Counter(reference.outputs) - Counter(outputs)
     answer = final_response.lower()
     return TurnVerdict(
         state_matches=not diff,
-        outputs_match=not missing,
+        outputs_match=not missing and (calls_made > 0 or not turn.ground_truth),
         response_matches=all(s.lower() in answer for s in turn.required_response),
         abstention_ok=bool(turn.ground_truth) or calls_made == 0,
         state_diff=diff,

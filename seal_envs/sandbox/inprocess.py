@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig
@@ -18,7 +19,8 @@ class InProcessSandbox(Sandbox):
             raise ValueError(f"cannot load the task state: {reply['error']['type']}: {reply['error']['message']}")
 
     def call(self, target: str, arguments: dict[str, Any]) -> CallResult:
-        reply = self._server.handle({"op": "call", "target": target, "arguments": arguments})
+        # a JSON copy, as the Docker backend's wire gives: tools may keep and mutate their argument lists
+        reply = self._server.handle({"op": "call", "target": target, "arguments": json.loads(json.dumps(arguments))})
         if reply["ok"]:
             return CallResult(ok=True, output=reply["result"])
         return CallResult(ok=False, error_type=reply["error"]["type"], error=reply["error"]["message"])

@@ -34,6 +34,7 @@ class ToolSpec:
     parameters: dict[str, Any]
     implementation: str  # "package.module:Class.method"
     mutates_state: bool = True
+    returns: dict[str, Any] | None = None  # JSON Schema of the result, shown to the policy as "response"
 
     @property
     def class_path(self) -> str:
@@ -50,10 +51,10 @@ class ToolSpec:
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool in the OpenAI/Hugging Face ``tools=`` format that chat templates render."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        if self.returns is not None:
+            function["response"] = self.returns
+        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,8 @@ def load_domain(file: Path) -> ToolDomain:
         name=document["domain"],
         description=document["description"],
         tools=tuple(ToolSpec(**{k: t[k] for k in ("name", "description", "parameters", "implementation")},
-                             mutates_state=t.get("mutates_state", True)) for t in document["tools"]),
+                             mutates_state=t.get("mutates_state", True), returns=t.get("returns"))
+                    for t in document["tools"]),
         root=root,
         python_paths=tuple((root / p).resolve() for p in document.get("python_paths", [])),
     )

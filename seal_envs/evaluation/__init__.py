@@ -1,0 +1,1 @@
+"""``seal-eval``: run a policy on a BFCL split through ``ToolUseEnv`` and report BFCL's table."""

@@ -1,0 +1,171 @@
+"""Policies for ``seal-eval``: all act on the env's chat messages and answer in our one tool-call format.
+
+- ``ReplayPolicy``: a script of calls per turn (by default the task's ground truth); each turn sends its calls
+  in one message, then a short text answer. Used to prove the pipeline scores 100.
+- ``OpenAIPolicy``: an OpenAI-compatible ``/chat/completions`` endpoint with ``tools=`` (urllib only).
+- ``HFPolicy``: a local Hugging Face model, prompted through its chat template with ``tools=``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from seal_envs.parsing import format_tool_call, parse_tool_calls
+from seal_envs.spaces import Message
+from seal_envs.task import Task, ToolCall
+
+ABSTAIN_TEXT = "I cannot do that with the available functions; please give me the missing information."
+DONE_TEXT = "Done."
+
+
+class Policy(Protocol):
+    def start(self, task: Task) -> None:
+        """A new episode begins (scripted policies look up their script)."""
+
+    def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
+        """The assistant's next message, given the whole conversation so far."""
+
+
+Script = Callable[[Task], Sequence[Sequence[ToolCall]]]
+
+
+def ground_truth_script(task: Task) -> list[list[ToolCall]]:
+    return [list(turn.ground_truth) for turn in task.turns]
+
+
+class ReplayPolicy:
+    """Replays a script: per turn, one message with the turn's calls (if any), then a text answer."""
+
+    def __init__(self, script: Script = ground_truth_script):
+        self.script = script
+        self._plan: list[list[ToolCall]] = []
+        self._sent: set[int] = set()
+
+    def start(self, task: Task) -> None:
+        self._plan = [list(calls) for calls in self.script(task)]
+        self._sent = set()
+
+    def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
+        calls = self._plan[turn] if turn < len(self._plan) else []
+        if calls and turn not in self._sent:
+            self._sent.add(turn)
+            return "\n".join(format_tool_call(c) for c in calls)
+        return DONE_TEXT if calls else ABSTAIN_TEXT
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our transcript (tool calls as ``<tool_call>`` text) in the OpenAI chat format with structured tool calls."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []  # ids of the last assistant message's calls, answered by the next tool messages
+    for index, message in enumerate(messages):
+        role = message["role"]
+        if role == "assistant":
+            parsed = parse_tool_calls(message["content"])
+            pending = [f"call_{index}_{j}" for j in range(len(parsed.calls))]
+            entry: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
+            if parsed.calls:
+                entry["tool_calls"] = [{"id": i, "type": "function", "function": {
+                    "name": c.name, "arguments": json.dumps(c.arguments)}} for i, c in zip(pending, parsed.calls)]
+            out.append(entry)
+        elif role == "tool" and pending:
+            out.append({"role": "tool", "tool_call_id": pending.pop(0), "content": message["content"]})
+        elif role == "tool":  # a reply to a malformed call: there is no id to answer, so it goes in as text
+            out.append({"role": "user", "content": message["content"]})
+        else:
+            out.append({"role": role, "content": message["content"]})
+    return out
+
+
+def from_openai_message(message: dict[str, Any]) -> str:
+    """An OpenAI assistant message as our action text (arguments stay a string if the model broke the JSON)."""
+    parts = [message.get("content") or ""]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", {})
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError:
+            arguments = function.get("arguments")
+        parts.append(f"<tool_call>\n{json.dumps({'name': function.get('name'), 'arguments': arguments})}\n</tool_call>")
+    return "\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    base_url: str  # e.g. http://localhost:8000/v1
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    max_tokens: int = 2048
+    timeout_s: float = 300.0
+
+
+class OpenAIPolicy:
+    def __init__(self, config: OpenAIConfig):
+        self.config = config
+
+    def start(self, task: Task) -> None:
+        pass
+
+    def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
+        cfg = self.config
+        body: dict[str, Any] = {"model": cfg.model, "messages": to_openai_messages(messages),
+                                "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+        if tools:
+            body["tools"] = tools
+        headers = {"Content-Type": "application/json"}
+        if os.environ.get(cfg.api_key_env):
+            headers["Authorization"] = f"Bearer {os.environ[cfg.api_key_env]}"
+        request = urllib.request.Request(cfg.base_url.rstrip("/") + "/chat/completions",
+                                         data=json.dumps(body).encode(), headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=cfg.timeout_s) as response:
+                reply = json.load(response)
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{cfg.base_url}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
+        return from_openai_message(reply["choices"][0]["message"])
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    model_path: str
+    max_new_tokens: int = 1024
+    temperature: float = 0.0  # 0: greedy
+    device: str | None = None  # None: cuda if available, else cpu
+
+
+class HFPolicy:
+    def __init__(self, config: HFConfig):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config
+        self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(config.model_path).to(self.device).eval()
+
+    def start(self, task: Task) -> None:
+        pass
+
+    def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
+        import torch
+
+        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+        ids = self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True,
+                                                 return_tensors="pt").to(self.device)
+        sampling = {"do_sample": True, "temperature": self.config.temperature} if self.config.temperature > 0 else {
+            "do_sample": False}
+        with torch.no_grad():
+            output = self.model.generate(ids, max_new_tokens=self.config.max_new_tokens,
+                                         pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+                                         **sampling)
+        new = output[0, ids.shape[1]:].tolist()
+        stop = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
+        while new and new[-1] in stop:
+            new.pop()
+        return self.tokenizer.decode(new, skip_special_tokens=False)
