@@ -256,6 +256,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         if self._task_error is not None:
             return self._finish_with(Label.TASK_ERROR, self._task_error)
         parsed = parse_tool_calls(action)
+        acted_turn = self._turn  # info["turn"] is the turn this action belongs to, even when it ends it
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1
         observation: list[Message] = []
@@ -295,8 +296,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.messages.extend(observation)
         info = self._info(turn_ended=turn_ended, label=diagnosis.label.value if diagnosis else None,
                           diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False)
+        info["turn"] = acted_turn
         if terminated:
-            info["turn"] = len(self._task.turns) - 1
             info["verdicts"] = [v.passed for v in self._verdicts]
         return tuple(observation), reward, terminated, False, info
 

@@ -77,7 +77,7 @@ def test_step_cap_ends_the_turn():
     probe = format_tool_call(ToolCall("get_balance", {"account": "bob"}))
     infos = [env.step(probe)[4] for _ in range(3)]
     assert [i["turn_ended"] for i in infos] == [False, False, True]
-    assert infos[-1]["diagnosis"]["evidence"]["step_cap_hit"] and infos[-1]["turn"] == 1
+    assert infos[-1]["diagnosis"]["evidence"]["step_cap_hit"] and infos[-1]["turn"] == 0
 
 
 @pytest.mark.parametrize("action", [

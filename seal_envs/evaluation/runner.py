@@ -43,8 +43,8 @@ def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
     messages = list(observation)
     calls: list[list[list[ToolCall]]] = [[] for _ in task.turns]
     record = EpisodeRecord(task.id, task.category, 0.0, [], calls=calls, task_error=info.get("task_error"))
+    turn = 0
     while True:
-        turn = info["turn"]
         action = policy.act(messages, info["tools"], turn)
         calls[turn].append(list(parse_tool_calls(action).calls))
         messages.append({"role": "assistant", "content": action})
@@ -55,6 +55,7 @@ def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
             record.step_cap_hit |= bool(info["diagnosis"]["evidence"].get("step_cap_hit"))
         if terminated or truncated:
             break
+        turn += bool(info["turn_ended"])
     record.reward = float(reward)
     record.labels = list(info["labels"])
     record.infrastructure_error = bool(info.get("infrastructure_error"))
