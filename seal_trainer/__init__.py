@@ -1,0 +1,1 @@
+"""SEAL trainer: our environments inside verl's GRPO pipeline (agent loop, reweighting, closed loop)."""

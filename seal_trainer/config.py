@@ -1,0 +1,87 @@
+"""SEAL's trainer options (the ``seal:`` block of the Hydra config) and the ablation presets.
+
+=====================  =====================  ===========  ====================
+``seal.ablation``      interface_evolution    reweighting  closed_loop_update
+=====================  =====================  ===========  ====================
+``full`` (default)     on                     on           on
+``vanilla``            off                    off          off
+``no_evolution``       off                    on           on (nothing to evolve)
+``no_reweighting``     on                     off          on
+``no_closed_loop``     on                     on           off: interface fixed after the first profile
+=====================  =====================  ===========  ====================
+
+``vanilla`` is GRPO as verl computes it, except that infrastructure failures stay masked out of the groups.
+Explicit ``seal.interface_evolution`` / ``seal.reweighting.enable`` / ``seal.closed_loop_update`` values
+override the preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from seal_trainer.advantage import ReweightConfig
+
+ABLATIONS: dict[str, dict[str, bool]] = {
+    "full": dict(interface_evolution=True, reweighting=True, closed_loop_update=True),
+    "vanilla": dict(interface_evolution=False, reweighting=False, closed_loop_update=False),
+    "no_evolution": dict(interface_evolution=False, reweighting=True, closed_loop_update=True),
+    "no_reweighting": dict(interface_evolution=True, reweighting=False, closed_loop_update=True),
+    "no_closed_loop": dict(interface_evolution=True, reweighting=True, closed_loop_update=False),
+}
+
+
+@dataclass
+class EnvDefaults:
+    """Defaults for rows that do not name them (``seal_*`` dataset columns win)."""
+
+    domain: str | None = "shop"
+    sandbox: str | None = "docker"
+    max_steps_per_turn: int | None = 20
+
+
+@dataclass
+class SealConfig:
+    ablation: str = "full"
+    interface_evolution: bool | None = None
+    closed_loop_update: bool | None = None
+    reweighting: ReweightConfig = field(default_factory=ReweightConfig)
+    env: EnvDefaults = field(default_factory=EnvDefaults)
+    env_pool_size: int = 64
+    max_assistant_turns: int = 0  # 0: only the env's caps and the response budget stop an episode
+    profile_window: int = 1  # steps of labels aggregated into the failure profile
+    log_path: str | None = None  # JSONL per step; default <trainer.default_local_dir>/seal_steps.jsonl
+    print_steps: bool = True
+
+    def resolved(self) -> dict[str, bool]:
+        if self.ablation not in ABLATIONS:
+            raise ValueError(f"seal.ablation must be one of {sorted(ABLATIONS)}, not {self.ablation!r}")
+        preset = dict(ABLATIONS[self.ablation])
+        if self.interface_evolution is not None:
+            preset["interface_evolution"] = bool(self.interface_evolution)
+        if self.closed_loop_update is not None:
+            preset["closed_loop_update"] = bool(self.closed_loop_update)
+        if self.ablation != "full" and "reweighting" in preset:
+            self.reweighting.enable = preset["reweighting"] and self.reweighting.enable
+        preset["reweighting"] = self.reweighting.enable
+        return preset
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def seal_config_from(cfg: Any) -> SealConfig:
+    """Build a ``SealConfig`` from the ``seal`` node of an OmegaConf/dict config (missing keys: defaults)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    node = cfg.get("seal", None) if cfg is not None else None
+    if node is None:
+        return SealConfig()
+    doc = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    rw = ReweightConfig(**(doc.pop("reweighting", None) or {}))
+    env = EnvDefaults(**(doc.pop("env", None) or {}))
+    known = {f for f in SealConfig.__dataclass_fields__}
+    return SealConfig(reweighting=rw, env=env, **{k: v for k, v in doc.items() if k in known})
+
+
+__all__ = ["ABLATIONS", "EnvDefaults", "SealConfig", "seal_config_from"]

@@ -1,0 +1,412 @@
+"""Run verl 0.9.1 on a machine without GPUs (tests, CI, the default ``seal-train`` run).
+
+Nothing here is active on a GPU machine. Importing the module only *registers* two things with verl, which
+is harmless anywhere:
+
+- a ``cpu`` platform (``verl.plugin.platform.PlatformRegistry``): device ``cpu``, collective backend
+  ``gloo``, a device module whose memory/stream calls are no-ops, a flops-counter device name ``CPU``;
+- a rollout backend ``hf`` (``rollout.name=hf``) that serves generation with Hugging Face ``generate()``:
+  ``HFServerAdapter`` lives in the hybrid actor worker and forwards weight updates to ``HFRolloutServer``,
+  a Ray actor (one per replica) that holds a copy of the policy and answers the agent loop's token-in /
+  token-out ``generate`` calls (verl itself registers only vllm/sglang/trtllm).
+
+``activate()`` turns CPU mode on for this process and the Ray workers it starts: ``VERL_PLATFORM=cpu``,
+``VERL_ENGINE_DEVICE=cuda`` (verl's FSDP engine is registered for ``cuda`` only; it runs on CPU tensors
+here), and ``cpu_overrides()`` gives the config changes: FSDP2 with ``attn_implementation=sdpa``, one fake
+Ray GPU (``ray_init.num_gpus=1``) so placement groups resolve, ``num_cpus=16``, one TransferQueue storage
+unit, the ``hf`` rollout, no torch.compile, float32.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "TOKENIZERS_PARALLELISM": "false",
+           "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": "2"}
+
+
+def gpu_available() -> bool:
+    """True where CUDA devices exist (then this module stays inactive)."""
+    return torch.cuda.is_available()
+
+
+def activate() -> dict[str, str]:
+    """Switch this process (and, through the environment, its Ray workers) to CPU mode."""
+    os.environ.update(CPU_ENV)
+    return dict(CPU_ENV)
+
+
+def cpu_overrides(num_cpus: int = 16) -> list[str]:
+    """Hydra overrides that make verl's ppo_trainer config run on CPU (see DESIGN.md section 2)."""
+    env = ",".join(f"{k}:'{v}'" for k, v in CPU_ENV.items())
+    return [
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"+ray_kwargs.ray_init.num_gpus=1",
+        f"ray_kwargs.ray_init.num_cpus={num_cpus}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars={{{env}}}",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.free_cache_engine=False",
+        "actor_rollout_ref.rollout.load_format=auto",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=float32",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype=float32",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.ref.use_torch_compile=False",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    ]
+
+
+# ----------------------------------------------------------------------------------------- platform
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+class _CPUDeviceModule(SimpleNamespace):
+    """Stands in for ``torch.cuda``: device queries answer for one CPU "device", memory calls are no-ops."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if hasattr(torch.cpu, name):
+            return getattr(torch.cpu, name)
+        logger.debug("cpu device module: %s is a no-op", name)
+        return _noop
+
+
+def _mem_get_info(*_):
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return vm.available, vm.total
+    except Exception:
+        return 64 << 30, 64 << 30
+
+
+CPU_DEVICE = _CPUDeviceModule(
+    is_available=lambda: True, device_count=lambda: 1, current_device=lambda: "cpu", set_device=_noop,
+    synchronize=_noop, empty_cache=_noop, ipc_collect=_noop, manual_seed=torch.manual_seed,
+    manual_seed_all=torch.manual_seed, get_rng_state=torch.get_rng_state, set_rng_state=torch.set_rng_state,
+    memory_allocated=lambda *a, **k: 0, memory_reserved=lambda *a, **k: 0, max_memory_allocated=lambda *a, **k: 0,
+    max_memory_reserved=lambda *a, **k: 0, reset_peak_memory_stats=_noop, mem_get_info=_mem_get_info,
+    get_device_name=lambda *a: "CPU", set_per_process_memory_fraction=_noop, current_stream=lambda *a: None,
+)
+
+
+def _dedup_backend_strings() -> None:
+    """verl asks for ``f"cpu:gloo,{device}:{backend}"``, i.e. ``cpu:gloo,cpu:gloo`` here; torch rejects the
+    duplicate. Installed only once the CPU platform is instantiated (VERL_PLATFORM=cpu)."""
+    import torch.distributed as dist
+
+    if getattr(dist.init_process_group, "_seal_cpu", False):
+        return
+    original = dist.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        if isinstance(backend, str) and "," in backend:
+            parts = list(dict.fromkeys(p.strip() for p in backend.split(",")))
+            backend = "gloo" if all(p.endswith(":gloo") for p in parts) else ",".join(parts)
+        return original(backend, *args, **kwargs)
+
+    init_process_group._seal_cpu = True
+    dist.init_process_group = init_process_group
+
+
+def _unpinned_cpu_offload() -> None:
+    """verl's FSDP2 engine gives forward-only models ``CPUOffloadPolicy(pin_memory=True)``; pinning needs an
+    accelerator. Swap in an unpinned policy (CPU platform only)."""
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+        import verl.workers.engine.fsdp.transformer_impl as impl
+    except Exception:
+        return
+    if getattr(impl.CPUOffloadPolicy, "_seal_cpu", False):
+        return
+
+    class UnpinnedCPUOffloadPolicy(CPUOffloadPolicy):
+        _seal_cpu = True
+
+        def __init__(self, pin_memory: bool = False):
+            super().__init__(pin_memory=False)
+
+    impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+
+
+def _register_platform() -> None:
+    from verl.plugin.platform.platform_base import PlatformBase
+    from verl.plugin.platform.platform_manager import PlatformRegistry
+
+    if PlatformRegistry.get("cpu") is not None and getattr(PlatformRegistry.get("cpu"), "_seal", False):
+        return
+
+    @PlatformRegistry.register(platform="cpu")
+    class PlatformCPU(PlatformBase):
+        """verl platform for CPU-only runs (selected only by ``VERL_PLATFORM=cpu``)."""
+
+        _seal = True
+
+        def __init__(self):
+            super().__init__()
+            _dedup_backend_strings()
+            _unpinned_cpu_offload()
+
+        device_name = "cpu"
+        vendor_name = "cpu"
+        device_module = CPU_DEVICE
+
+        def is_available(self) -> bool:
+            return True
+
+        def is_platform_available(self, use_smi_check=False) -> bool:
+            return False  # never auto-detected: only VERL_PLATFORM=cpu selects it
+
+        def current_device(self):
+            # verl passes this straight to .to(...) / torch.device(...): on CPU that must be "cpu", not 0.
+            return "cpu"
+
+        def device_count(self) -> int:
+            return 1
+
+        def set_device(self, device_index: int) -> None:
+            return None
+
+        def synchronize(self, device_index=None) -> None:
+            return None
+
+        def manual_seed(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def set_allocator_settings(self, settings: str) -> None:
+            return None
+
+        def empty_cache(self) -> None:
+            return None
+
+        def get_device_capability(self, device_index: int = 0):
+            return None, None
+
+        def communication_backend_name(self) -> str:
+            return "gloo"
+
+        def visible_devices_envvar(self) -> str:
+            return "CUDA_VISIBLE_DEVICES"
+
+        @contextmanager
+        def nvtx_range(self, msg: str):
+            yield
+
+        def profiler_start(self) -> None:
+            return None
+
+        def profiler_stop(self) -> None:
+            return None
+
+        def ray_resource_name(self) -> str:
+            return "GPU"  # the fake GPU count given to ray.init
+
+        def ray_noset_envvars(self) -> list[str]:
+            return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
+
+        def is_ipc_supported(self) -> bool:
+            return False
+
+        def cudart(self) -> Any:
+            return None
+
+
+# ----------------------------------------------------------------------------------------- hf rollout
+
+SERVER_NAME = "seal_hf_rollout_{rank}"
+
+
+class HFRolloutServerImpl:
+    """Token-in/token-out generation with ``transformers`` ``generate()`` (one request at a time).
+
+    Wrapped by ``ray.remote`` as ``HFRolloutServer``; the load balancer hands its handle to the agent loops.
+    """
+
+    def __init__(self, model_path: str, response_length: int, dtype: str = "float32", seed: int = 0,
+                 num_threads: int = 2):
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(num_threads)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype),
+                                                          attn_implementation="sdpa")
+        self.model.eval()
+        self.response_length = response_length
+        self.global_steps = 0
+        self.generator_seed = seed
+        self._lock = threading.Lock()
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if gen is not None else None
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        self.pad_id = (gen.pad_token_id if gen is not None else None) or 0
+        self.calls = 0
+
+    def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
+        from verl.workers.rollout.replica import TokenOutput
+
+        max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
+                      or self.response_length)
+        max_new = max(1, min(max_new, self.response_length))
+        temperature = float(sampling_params.get("temperature", 1.0) or 0.0)
+        kwargs: dict[str, Any] = dict(max_new_tokens=max_new, eos_token_id=self.eos_ids or None,
+                                      pad_token_id=self.pad_id, return_dict_in_generate=True, output_scores=True)
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=float(sampling_params.get("top_p", 1.0)))
+            top_k = int(sampling_params.get("top_k", -1) or -1)
+            kwargs["top_k"] = top_k if top_k > 0 else None
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with self._lock, torch.no_grad():
+            ids = torch.tensor([prompt_ids], dtype=torch.long)
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+            new = out.sequences[0, ids.shape[1]:].tolist()
+            logprobs = None
+            if sampling_params.get("logprobs"):
+                scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+                logprobs = [float(x) if x == x and x != float("-inf") else -1e4 for x in scores[0].tolist()]
+        self.calls += 1
+        finished = bool(new) and new[-1] in self.eos_ids
+        return TokenOutput(token_ids=new, log_probs=logprobs[: len(new)] if logprobs is not None else None,
+                           stop_reason="completed" if finished else "length", num_preempted=0,
+                           extra_fields={"global_steps": self.global_steps})
+
+    async def generate(self, request_id: str = "", *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data=None, video_data=None, **kwargs):
+        return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
+        with self._lock:
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                self.model.tie_weights()
+        if global_steps is not None:
+            self.global_steps = global_steps
+        return len(state_dict)
+
+    # Control methods the replica/checkpoint manager call; nothing to do for an in-memory HF model.
+    async def wake_up(self): return None
+    async def sleep(self): return None
+    async def abort_all_requests(self, reject_request: bool = False): return None
+    async def resume_generation(self): return None
+    async def clear_kv_cache(self): return None
+    async def release_kv_cache(self): return None
+    async def resume_kv_cache(self): return None
+    async def start_profile(self, **kwargs): return None
+    async def stop_profile(self): return None
+
+    def stats(self) -> dict[str, int]:
+        return {"calls": self.calls, "global_steps": self.global_steps}
+
+
+def _register_rollout() -> None:
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    rollout_base._ROLLOUT_REGISTRY[("hf", "async")] = "seal_trainer.cpu.HFServerAdapter"
+    RolloutReplicaRegistry.register("hf", lambda: __getattr__("HFReplica"))
+
+
+def _replica_classes():
+    """Define the verl subclasses lazily (their bases import a lot of verl)."""
+    import ray
+    from verl.workers.rollout.base import BaseRollout
+    from verl.workers.rollout.replica import RolloutReplica
+
+    class _HFServerAdapter(BaseRollout):
+        """Lives in the hybrid actor worker; pushes the trainer's weights to this replica's server."""
+
+        def __init__(self, config, model_config, device_mesh, *args, **kwargs):
+            super().__init__(config, model_config, device_mesh, *args, **kwargs)
+            rank = int(os.environ.get("RANK", "0"))
+            world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
+                     * self.config.pipeline_model_parallel_size)
+            self.replica_rank, self.is_leader = rank // world, rank % world == 0
+
+        async def resume(self, tags: list[str]):
+            return None
+
+        async def release(self):
+            return None
+
+        async def update_weights(self, weights, wire_format: str = "named_tensors", **kwargs):
+            state = {name: t.detach().to("cpu", copy=True).contiguous()
+                     for name, t in ((n, _full(t)) for n, t in weights)}
+            if not self.is_leader:
+                return
+            server = ray.get_actor(SERVER_NAME.format(rank=self.replica_rank))
+            await server.update_weights.remote(state, kwargs.get("global_steps"))
+
+    class _HFReplica(RolloutReplica):
+        async def launch_servers(self):
+            name = SERVER_NAME.format(rank=self.replica_rank)
+            server_cls = ray.remote(HFRolloutServerImpl)
+            self._server_handle = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
+                                                     lifetime=None).remote(
+                _model_path(self.model_config), self.config.response_length, "float32", self.config.seed)
+            await self._server_handle.stats.remote()
+            self._server_address = f"hf-rollout-{self.replica_rank}"
+            self.servers = [self._server_handle]
+
+        def rollout_worker_use_gpu(self) -> bool:
+            return False
+
+    return _HFServerAdapter, _HFReplica
+
+
+def _model_path(model_config) -> str:
+    local = getattr(model_config, "local_path", None) if not hasattr(model_config, "get") else model_config.get("local_path")
+    return str(local or model_config.get("path") if hasattr(model_config, "get") else model_config.path)
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """Materialise a DTensor shard into a full tensor."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+_CLASSES = None
+
+
+def __getattr__(name: str):
+    global _CLASSES
+    if name in ("HFServerAdapter", "HFReplica"):
+        if _CLASSES is None:
+            _CLASSES = _replica_classes()
+        return _CLASSES[0] if name == "HFServerAdapter" else _CLASSES[1]
+    raise AttributeError(name)
+
+
+def register() -> None:
+    """Register the CPU platform and the ``hf`` rollout with verl (idempotent, harmless on GPUs)."""
+    _register_platform()
+    _register_rollout()
+
+
+__all__ = ["CPU_ENV", "activate", "cpu_overrides", "gpu_available", "register"]

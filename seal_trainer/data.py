@@ -1,0 +1,88 @@
+"""Dataset files for verl: one parquet row per SEAL task, routed to the ``seal_tool_env`` agent loop.
+
+verl's ``RLHFDataset`` needs a chat ``prompt`` column (used for length filtering and as ``raw_prompt``); the
+agent loop ignores it and renders the env's own first observation. The ``seal_*`` columns tell the agent
+loop which env to build: ``seal_domain``, ``seal_task_id``, ``seal_mode`` (``train`` rows see the evolving
+interface, ``eval`` rows the original one), ``seal_sandbox``, ``seal_env_id``, ``seal_tasks``, ``seal_seed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from seal_trainer.agent_loop import AGENT_NAME
+
+
+def task_rows(tasks: Sequence[Any], *, domain: str, mode: str, sandbox: str | None = None,
+              env_id: str | None = None, tasks_path: str | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    rows = []
+    for i, task in enumerate(tasks):
+        rows.append({
+            "data_source": f"seal/{domain}",
+            "agent_name": AGENT_NAME,
+            "prompt": [{"role": "user", "content": task.turns[0].user}],
+            "seal_domain": domain,
+            "seal_task_id": task.id,
+            "seal_mode": mode,
+            "seal_sandbox": sandbox or "",
+            "seal_env_id": env_id or "",
+            "seal_tasks": tasks_path or "",
+            "seal_seed": seed + i,
+            "seal_category": task.category,
+            "extra_info": {"index": i, "task_id": task.id},
+        })
+    return rows
+
+
+def write_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def split_tasks(tasks: Sequence[Any], n_train: int | None, n_val: int | None, per_category: bool = True):
+    """Deterministic train/val split; per category when asked (the paper's BFCL split is 100/100 per category)."""
+    tasks = list(tasks)
+    if not per_category:
+        train = tasks[: n_train] if n_train else tasks
+        rest = [t for t in tasks if t not in train]
+        return train, (rest[: n_val] if n_val else rest)
+    cats: dict[str, list[Any]] = {}
+    for t in tasks:
+        cats.setdefault(t.category, []).append(t)
+    train, val = [], []
+    k = len(cats)
+    for items in cats.values():
+        nt = (n_train // k if n_train else (len(items) + 1) // 2) or 1
+        train += items[:nt]
+        rest = items[nt:]
+        nv = (n_val // k if n_val else len(rest)) or (1 if rest else 0)
+        val += rest[:nv]
+    if n_train:
+        train = train[:n_train]
+    if n_val:
+        val = val[:n_val]
+    return train, val
+
+
+def write_domain_dataset(domain: str, out_dir: str | Path, *, n_train: int | None = None, n_val: int | None = None,
+                         sandbox: str | None = None, env_id: str | None = None,
+                         tasks_path: str | None = None) -> tuple[Path, Path]:
+    """Write ``train.parquet`` / ``val.parquet`` for a domain's tasks; returns their paths."""
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks
+
+    tasks = load_tasks(tasks_path) if tasks_path else load_tasks(load_domain(domain).root)
+    train, val = split_tasks(tasks, n_train, n_val)
+    out = Path(out_dir)
+    common = dict(domain=domain, sandbox=sandbox, env_id=env_id, tasks_path=tasks_path)
+    return (write_rows(task_rows(train, mode="train", **common), out / "train.parquet"),
+            write_rows(task_rows(val, mode="eval", seed=10_000, **common), out / "val.parquet"))
+
+
+__all__ = ["split_tasks", "task_rows", "write_domain_dataset", "write_rows"]

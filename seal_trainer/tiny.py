@@ -1,0 +1,211 @@
+"""A tiny Qwen2 policy and BPE tokenizer built locally (no downloads), for tests and CPU runs.
+
+``build_tiny_model(path)`` writes an ordinary Hugging Face folder (``config.json``, ``model.safetensors``,
+``tokenizer.json``, ``tokenizer_config.json`` with a chat template, ``generation_config.json``) that
+``AutoModelForCausalLM`` / ``AutoTokenizer`` and verl load like any checkpoint:
+
+- the tokenizer is a byte-level BPE trained with ``tokenizers`` on text we generate here (the bundled tool
+  domains' schemas, their tasks' user turns and Hermes ``<tool_call>`` blocks of their ground truth), with
+  ChatML special tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``);
+- the chat template is ChatML in the Qwen2.5 layout: tools are listed in the system message inside
+  ``<tools></tools>``, assistant ``tool_calls`` render as ``<tool_call>{json}</tool_call>``, tool results as a
+  user turn with ``<tool_response>`` blocks, so verl's Qwen continuous-token builder applies unchanged;
+- the model is a randomly initialised ``Qwen2ForCausalLM`` of a few hundred thousand parameters. With
+  ``warm_start_steps > 0`` it is first fitted for a few steps on the same generated text, so that sampling
+  at temperature 1 sometimes produces well-formed tool calls (the RL signal is then not all-zero).
+
+The build is deterministic for a given ``seed`` and cached: a folder that already holds a complete build with
+the same recipe hash is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+RECIPE_VERSION = 1
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+EXTRA_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>", "</tools>"]
+
+# ChatML with Qwen2.5-style tool rendering, written for this project.
+CHAT_TEMPLATE = (
+    "{%- set sys_text = '' -%}"
+    "{%- if messages and messages[0]['role'] == 'system' -%}{%- set sys_text = messages[0]['content'] -%}{%- endif -%}"
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\\n' -}}"
+    "{%- if sys_text -%}{{- sys_text + '\\n\\n' -}}{%- endif -%}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' -}}"
+    "{%- for tool in tools -%}{{- '\\n' -}}{{- tool | tojson -}}{%- endfor -%}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}"
+    "\\n</tool_call><|im_end|>\\n' -}}"
+    "{%- elif sys_text -%}"
+    "{{- '<|im_start|>system\\n' + sys_text + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' and loop.first -%}"
+    "{%- elif message['role'] == 'user' or message['role'] == 'system' -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '<|im_start|>assistant' -}}"
+    "{%- if message['content'] -%}{{- '\\n' + message['content'] -}}{%- endif -%}"
+    "{%- for tc in message.get('tool_calls') or [] -%}"
+    "{%- set fn = tc['function'] if tc['function'] is defined else tc -%}"
+    "{{- '\\n' -}}"
+    "{%- set args = fn['arguments'] -%}"
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' -}}"
+    "{%- if args is string -%}{{- args -}}{%- else -%}{{- args | tojson -}}{%- endif -%}"
+    "{{- '}\\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- elif message['role'] == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' -}}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+DEFAULT_MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=8192)
+
+
+def default_cache_dir() -> Path:
+    """Where ``seal-train`` keeps its tiny model: ``$SEAL_CACHE_DIR`` or ``~/.cache/seal``."""
+    return Path(os.environ.get("SEAL_CACHE_DIR", Path.home() / ".cache" / "seal"))
+
+
+def _corpus(domains: Sequence[str], seed: int) -> list[str]:
+    """Training text for the tokenizer (and the optional warm start): rendered chats of the bundled tasks."""
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks
+
+    rng = random.Random(seed)
+    chats: list[str] = []
+    for name in domains:
+        domain = load_domain(name)
+        tools = [t.openai_schema() for t in domain.tools]
+        chats.append(json.dumps(tools, indent=2))
+        try:
+            tasks = load_tasks(domain.root)
+        except Exception:  # a domain without tasks still contributes its schema text
+            tasks = ()
+        for task in tasks:
+            messages: list[dict[str, Any]] = [{"role": "system", "content": task.system_prompt or
+                                               "You are a helpful assistant."}]
+            for turn in task.turns:
+                messages.append({"role": "user", "content": turn.user})
+                for call in turn.ground_truth:
+                    messages.append({"role": "assistant", "content": "<tool_call>\n" + json.dumps(
+                        {"name": call.name, "arguments": call.arguments}) + "\n</tool_call>"})
+                    messages.append({"role": "tool", "content": json.dumps({"ok": True})})
+                answer = " ".join(turn.required_response) or "Done."
+                messages.append({"role": "assistant", "content": answer})
+            chats.append(render_chat(messages, tools))
+    rng.shuffle(chats)
+    return chats
+
+
+def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                add_generation_prompt: bool = False) -> str:
+    """Render with CHAT_TEMPLATE without a tokenizer (used to build the training corpus)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
+    return env.from_string(CHAT_TEMPLATE).render(messages=messages, tools=tools,
+                                                 add_generation_prompt=add_generation_prompt)
+
+
+def _recipe(domains: Sequence[str], vocab_size: int, seed: int, warm_start_steps: int, model: dict) -> str:
+    doc = {"v": RECIPE_VERSION, "domains": list(domains), "vocab": vocab_size, "seed": seed,
+           "warm": warm_start_steps, "model": model, "template": CHAT_TEMPLATE}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML tokens and our chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=SPECIAL_TOKENS[1:], model_max_length=32768,
+                                   clean_up_tokenization_spaces=False)
+    fast.add_tokens(EXTRA_TOKENS)  # normal (not special) tokens: they survive skip_special_tokens
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _warm_start(model, tokenizer, corpus: list[str], steps: int, seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    texts = [t for t in corpus if "<|im_start|>" in t] or corpus
+    model.train()
+    for step in range(steps):
+        text = texts[step % len(texts)]
+        ids = torch.tensor([tokenizer(text)["input_ids"][:1024]])
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+
+
+def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] = ("shop",), vocab_size: int = 2048,
+                     seed: int = 0, warm_start_steps: int = 0, model_kwargs: dict | None = None,
+                     force: bool = False) -> Path:
+    """Build (or reuse) the tiny model folder at ``path`` and return it.
+
+    Default path: ``<cache>/tiny-qwen2-<recipe hash>``.
+    """
+    model_cfg = {**DEFAULT_MODEL, **(model_kwargs or {})}
+    recipe = _recipe(domains, vocab_size, seed, warm_start_steps, model_cfg)
+    path = Path(path) if path is not None else default_cache_dir() / f"tiny-qwen2-{recipe}"
+    marker = path / "seal_recipe.json"
+    if not force and marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
+        return path
+
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    corpus = _corpus(domains, seed)
+    tokenizer = build_tokenizer(corpus, vocab_size)
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, rope_theta=10000.0,
+                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, torch_dtype="float32", **model_cfg)
+    model = Qwen2ForCausalLM(config)
+    if warm_start_steps:
+        _warm_start(model, tokenizer, corpus, warm_start_steps, seed)
+    model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id],
+                                               pad_token_id=tokenizer.pad_token_id, do_sample=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": recipe, "domains": list(domains),
+                                                      "warm_start_steps": warm_start_steps}))
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return path
+
+
+__all__ = ["CHAT_TEMPLATE", "build_tiny_model", "build_tokenizer", "default_cache_dir", "render_chat"]
