@@ -60,6 +60,8 @@ class EnvSpec:
             kwargs["tasks"] = self.tasks
         if self.env_id != "seal/ToolUse-v0":
             kwargs.pop("domain")
+        if self.env_id == "seal/BFCL-v3-MultiTurn-v0":
+            kwargs["split"] = "all"  # rows name train and eval task ids; the dataset decides the split
         return gym.make(self.env_id, **kwargs)
 
 
