@@ -1,0 +1,127 @@
+"""Held-out success of a Hugging Face model folder on the shop domain, with the unchanged interface.
+
+    python benchmarks/replication/evaluate.py --model benchmarks/replication/results/models/sft [--json out.json]
+
+Uses the project's own pieces end to end, no generation loop of ours: ``seal_envs.evaluation.policies.HFPolicy``
+(wrapped by ``make_policy`` to work around a transformers-5 incompatibility, see there)
+(chat template with ``tools=``, greedy decoding at temperature 0) and ``seal_envs.evaluation.runner.run_episode``
+over ``ToolUseEnv(domain="shop", mode="eval")`` (original interface, ``mutate`` refused), so the tool calls are
+read by the one parser (``seal_envs.parsing``) and scored by the env's verifier, labelled by its diagnosis.
+
+Success = the verifier's reward 1 on every turn and no step-cap-forced turn (``EpisodeRecord.passed``).
+``--max-steps-per-turn`` (default 4, the value of seal-train's CPU config) caps assistant messages per user
+turn; it is an episode cap, not part of the interface the policy sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import DOMAIN, check_split, set_threads, write_json  # noqa: E402
+
+
+def make_policy(model_path, max_new_tokens: int):
+    """``HFPolicy`` from ``seal_envs.evaluation``, greedy; with one fix applied here: under transformers 5,
+    ``apply_chat_template(..., return_tensors="pt")`` returns a ``BatchEncoding``, which ``HFPolicy.act`` passes
+    to ``generate`` as if it were the id tensor (AttributeError). The subclass asks for the tensor
+    (``return_dict=False``) and otherwise runs ``HFPolicy.act`` unchanged (same template call, decoding, stops)."""
+    from seal_envs.evaluation.policies import HFConfig, HFPolicy
+
+    class _Tokenizer:
+        def __init__(self, tok):
+            self._tok = tok
+
+        def __getattr__(self, name):
+            return getattr(self._tok, name)
+
+        def apply_chat_template(self, *a, **k):
+            out = self._tok.apply_chat_template(*a, **k)
+            return out["input_ids"] if hasattr(out, "keys") and "input_ids" in out else out
+
+    class GreedyHFPolicy(HFPolicy):
+        def __init__(self, config):
+            super().__init__(config)
+            self.tokenizer = _Tokenizer(self.tokenizer)
+
+    return GreedyHFPolicy(HFConfig(model_path=str(model_path), max_new_tokens=max_new_tokens, temperature=0.0,
+                                   device="cpu"))
+
+
+def evaluate(model_path: str | Path, tasks=None, *, max_steps_per_turn: int = 4, max_new_tokens: int = 160,
+             sandbox: str = "inprocess", verbose: bool = True) -> dict[str, Any]:
+    from seal_envs.env import ToolUseEnv
+    from seal_envs.evaluation.runner import run_episode
+
+    if tasks is None:
+        tasks = check_split()[1]
+    tasks = list(tasks)
+    t0 = time.time()
+    policy = make_policy(model_path, max_new_tokens)
+    env = ToolUseEnv(domain=DOMAIN, tasks=tasks, mode="eval", sandbox=sandbox, max_steps_per_turn=max_steps_per_turn)
+    records = []
+    try:
+        for task in tasks:
+            rec = run_episode(env, policy, task)
+            records.append(rec)
+            if verbose:
+                print(f"[eval] {task.id:22s} passed={int(rec.passed)} labels={rec.labels}", flush=True)
+    finally:
+        env.close()
+    labels = Counter(label for r in records for label in r.labels)
+    total = sum(labels.values()) or 1
+    by_cat: dict[str, list[bool]] = {}
+    for r in records:
+        by_cat.setdefault(r.category, []).append(r.passed)
+    summary = {
+        "model": str(model_path),
+        "n_tasks": len(records),
+        "success_rate": sum(r.passed for r in records) / max(1, len(records)),
+        "turn_pass_rate": labels.get("pass", 0) / total,
+        "per_category": {c: sum(v) / len(v) for c, v in sorted(by_cat.items())},
+        "label_counts": dict(sorted(labels.items())),
+        "label_distribution": {k: v / total for k, v in sorted(labels.items())},
+        "infrastructure_errors": sum(r.infrastructure_error for r in records),
+        "max_steps_per_turn": max_steps_per_turn,
+        "max_new_tokens": max_new_tokens,
+        "time_s": time.time() - t0,
+        "episodes": [r.to_json() for r in records],
+    }
+    return summary
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    print(f"model: {s['model']}")
+    print(f"held-out success: {s['success_rate']:.3f} ({round(s['success_rate'] * s['n_tasks'])}/{s['n_tasks']}); "
+          f"turn pass rate {s['turn_pass_rate']:.3f}; per category {s['per_category']}; {s['time_s']:.0f}s")
+    print("label distribution: " + ", ".join(f"{k}={v:.2f}" for k, v in s["label_distribution"].items()))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--max-steps-per-turn", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--split", choices=["eval", "train"], default="eval", help="held-out (default) or training tasks")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    set_threads(args.threads)
+    train, held = check_split()
+    s = evaluate(args.model, held if args.split == "eval" else train, max_steps_per_turn=args.max_steps_per_turn,
+                 max_new_tokens=args.max_new_tokens)
+    s["split"] = args.split
+    print_summary(s)
+    if args.json:
+        write_json(args.json, s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
