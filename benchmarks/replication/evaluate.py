@@ -28,30 +28,11 @@ from common import DOMAIN, check_split, set_threads, write_json  # noqa: E402
 
 
 def make_policy(model_path, max_new_tokens: int):
-    """``HFPolicy`` from ``seal_envs.evaluation``, greedy; with one fix applied here: under transformers 5,
-    ``apply_chat_template(..., return_tensors="pt")`` returns a ``BatchEncoding``, which ``HFPolicy.act`` passes
-    to ``generate`` as if it were the id tensor (AttributeError). The subclass asks for the tensor
-    (``return_dict=False``) and otherwise runs ``HFPolicy.act`` unchanged (same template call, decoding, stops)."""
+    """``HFPolicy`` from ``seal_envs.evaluation`` with greedy decoding on the CPU."""
     from seal_envs.evaluation.policies import HFConfig, HFPolicy
 
-    class _Tokenizer:
-        def __init__(self, tok):
-            self._tok = tok
-
-        def __getattr__(self, name):
-            return getattr(self._tok, name)
-
-        def apply_chat_template(self, *a, **k):
-            out = self._tok.apply_chat_template(*a, **k)
-            return out["input_ids"] if hasattr(out, "keys") and "input_ids" in out else out
-
-    class GreedyHFPolicy(HFPolicy):
-        def __init__(self, config):
-            super().__init__(config)
-            self.tokenizer = _Tokenizer(self.tokenizer)
-
-    return GreedyHFPolicy(HFConfig(model_path=str(model_path), max_new_tokens=max_new_tokens, temperature=0.0,
-                                   device="cpu"))
+    return HFPolicy(HFConfig(model_path=str(model_path), max_new_tokens=max_new_tokens, temperature=0.0,
+                             device="cpu"))
 
 
 def evaluate(model_path: str | Path, tasks=None, *, max_steps_per_turn: int = 4, max_new_tokens: int = 160,

@@ -156,8 +156,10 @@ class HFPolicy:
         import torch
 
         chat = [{"role": m["role"], "content": m["content"]} for m in messages]
-        ids = self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True,
-                                                 return_tensors="pt").to(self.device)
+        encoded = self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True,
+                                                     return_tensors="pt")
+        # transformers >= 5 returns a BatchEncoding here, older releases the id tensor itself
+        ids = (encoded["input_ids"] if hasattr(encoded, "keys") else encoded).to(self.device)
         sampling = {"do_sample": True, "temperature": self.config.temperature} if self.config.temperature > 0 else {
             "do_sample": False}
         with torch.no_grad():
