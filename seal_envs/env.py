@@ -95,6 +95,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 if tool.name in self.tools:
                     raise ValueError(f"tool {tool.name!r} is defined by more than one domain")
                 self.tools[tool.name] = tool
+        self._mutating_tools = frozenset(n for n, t in self.tools.items() if t.mutates_state)
         if tasks is None:
             tasks = load_tasks(self.domains[0].root)
         elif isinstance(tasks, (str, Path)):
@@ -307,8 +308,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         verdict = judge_turn(self._reference[self._turn], turn, self._sandbox.snapshot(), self._outputs,
                              final_response, calls_made)
         evidence = TurnEvidence(self._turn, turn, tuple(self._records), final_response, verdict, cap_hit)
-        mutating = frozenset(n for n, t in self.tools.items() if t.mutates_state)
-        diagnosis = diagnose_turn(evidence, mutating)
+        diagnosis = diagnose_turn(evidence, self._mutating_tools)
         self._verdicts.append(verdict)
         self._diagnoses.append(diagnosis)
         return diagnosis
