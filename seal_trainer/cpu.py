@@ -35,6 +35,9 @@ CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "TOKENIZERS_PAR
            "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": "2"}
 
 
+FP32_COMPUTE = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+
+
 def gpu_available() -> bool:
     """True where CUDA devices exist (then this module stays inactive)."""
     return torch.cuda.is_available()
@@ -69,6 +72,9 @@ def cpu_overrides(num_cpus: int = 16) -> list[str]:
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
         "actor_rollout_ref.actor.fsdp_config.model_dtype=float32",
         "actor_rollout_ref.ref.fsdp_config.model_dtype=float32",
+        # verl's FSDP engine computes in bf16 by default: 5x slower than fp32 on CPUs (benchmarks/cpu_dtype_bench.py)
+        f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32_COMPUTE}",
+        f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={FP32_COMPUTE}",
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.ref.use_torch_compile=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",

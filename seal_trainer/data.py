@@ -77,15 +77,13 @@ def write_domain_dataset(domain: str, out_dir: str | Path, *, n_train: int | Non
     from seal_envs.spec import load_domain
     from seal_envs.task import load_tasks
 
-    if domain == "bfcl" and not tasks_path:  # BFCL's fixed split (seal_envs/bfcl/split.json), not a tasks.json
-        from seal_envs.bfcl import bfcl_tasks
-
-        train, val = list(bfcl_tasks("train")), list(bfcl_tasks("eval"))
+    spec = load_domain(domain)
+    if spec.task_splits and not tasks_path:  # the domain's own fixed split (e.g. BFCL's split.json)
+        train, val = list(spec.split_tasks("train")), list(spec.split_tasks("eval"))
         train = split_tasks(train, n_train, None)[0] if n_train else train  # n per split, spread over categories
         val = split_tasks(val, n_val, None)[0] if n_val else val
     else:
-        tasks = load_tasks(tasks_path) if tasks_path else load_tasks(load_domain(domain).root)
-        train, val = split_tasks(tasks, n_train, n_val)
+        train, val = split_tasks(load_tasks(tasks_path or spec.root), n_train, n_val)
     out = Path(out_dir)
     common = dict(domain=domain, sandbox=sandbox, env_id=env_id, tasks_path=tasks_path)
     return (write_rows(task_rows(train, mode="train", **common), out / "train.parquet"),

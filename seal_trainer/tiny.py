@@ -11,8 +11,8 @@
   ``<tools></tools>``, assistant ``tool_calls`` render as ``<tool_call>{json}</tool_call>``, tool results as a
   user turn with ``<tool_response>`` blocks, so verl's Qwen continuous-token builder applies unchanged;
 - the model is a randomly initialised ``Qwen2ForCausalLM`` of a few hundred thousand parameters. With
-  ``warm_start_steps > 0`` it is first fitted for a few steps on the same generated text, so that sampling
-  at temperature 1 sometimes produces well-formed tool calls (the RL signal is then not all-zero).
+  ``warm_start_steps > 0`` it is first fitted for that many SFT steps on the domains' executed ground truth
+  (``seal_trainer.warm_start``), so that it emits well-formed tool calls and the RL signal is not all-zero.
 
 The build is deterministic for a given ``seed`` and cached: a folder that already holds a complete build with
 the same recipe hash is reused.
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EXTRA_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>", "</tools>"]
 
@@ -83,7 +83,7 @@ def default_cache_dir() -> Path:
 
 
 def _corpus(domains: Sequence[str], seed: int) -> list[str]:
-    """Training text for the tokenizer (and the optional warm start): rendered chats of the bundled tasks."""
+    """Training text for the tokenizer: rendered chats of the bundled tasks."""
     from seal_envs.spec import load_domain
     from seal_envs.task import load_tasks
 
@@ -149,21 +149,22 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
     return fast
 
 
-def _warm_start(model, tokenizer, corpus: list[str], steps: int, seed: int) -> None:
-    import torch
+def _warm_start(model, tokenizer, domains: Sequence[str], steps: int, seed: int) -> None:
+    """SFT on the domains' executed ground truth (``seal_trainer.warm_start``), assistant tokens only."""
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks
+    from seal_trainer.warm_start import record_demonstrations, render_examples, train
 
-    torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    texts = [t for t in corpus if "<|im_start|>" in t] or corpus
-    model.train()
-    for step in range(steps):
-        text = texts[step % len(texts)]
-        ids = torch.tensor([tokenizer(text)["input_ids"][:1024]])
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
+    examples = []
+    for name in domains:
+        try:
+            tasks = load_tasks(load_domain(name).root)
+        except Exception:  # a domain without a tasks.json (e.g. BFCL's, loaded from bfcl-eval) has no demonstrations
+            continue
+        examples += [e for d in record_demonstrations(tasks, name) for e in render_examples(tokenizer, d)]
+    if not examples:
+        raise ValueError(f"warm_start_steps={steps} needs a domain with a tasks.json; {list(domains)} have none")
+    train(model, examples, steps, lr=3e-3, seed=seed)
 
 
 def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] = ("shop",), vocab_size: int = 2048,
@@ -191,7 +192,7 @@ def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] =
                          pad_token_id=tokenizer.pad_token_id, torch_dtype="float32", **model_cfg)
     model = Qwen2ForCausalLM(config)
     if warm_start_steps:
-        _warm_start(model, tokenizer, corpus, warm_start_steps, seed)
+        _warm_start(model, tokenizer, domains, warm_start_steps, seed)
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id],
                                                pad_token_id=tokenizer.pad_token_id, do_sample=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")

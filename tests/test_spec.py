@@ -58,3 +58,18 @@ def test_duplicate_tool_names(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(SpecError, match="file not found"):
         load_domain(tmp_path)
+
+
+def _two_splits(split):
+    return {"train": ["t1", "t2"], "eval": ["e1"]}[split]
+
+
+def test_a_domain_can_declare_its_own_task_splits(tmp_path):
+    d = load_domain(write(tmp_path, {**domain(GOOD_TOOL), "task_splits": f"{__name__}:_two_splits"}))
+    assert d.split_tasks("train") == ("t1", "t2") and d.split_tasks("eval") == ("e1",)
+    assert load_domain("bfcl").task_splits == "seal_envs.bfcl:bfcl_tasks"
+    with pytest.raises(ValueError, match="declares no task_splits"):
+        load_domain("shop").split_tasks("train")
+    with pytest.raises(SpecError) as err:
+        load_domain(write(tmp_path, {**domain(GOOD_TOOL), "task_splits": "not a callable path"}))
+    assert err.value.json_path == "$.task_splits"

@@ -1,9 +1,15 @@
-"""Shared pieces of the replication benchmark: the fixed task split, paths, small helpers.
+"""Shared pieces of the replication benchmark: the task sets, paths, small helpers.
 
-Task split (fixed, shipped here as constants): within each category of the bundled ``shop`` domain, task ids
-are sorted and every third one (positions 2, 5, 8, ... counting from 0) is held out for evaluation; the rest
-train. That stratifies the held-out set by category: base 7/23, miss_param 2/7, miss_func 2/6 -> 11 held out,
-25 training tasks. ``check_split()`` recomputes the rule from ``tasks.json`` and fails if the constants drift.
+Task sets (``task_set``): three disjoint sets drawn from the procedural generator in ``synthetic.py`` with
+fixed seeds, written to ``results/tasks/<name>.json`` (deterministic, rebuilt when missing):
+
+- ``sft``: 400 tasks whose executed ground truth is the warm start's demonstrations;
+- ``train``: 32 tasks the RL arms train on (never in the warm start);
+- ``heldout``: 24 tasks for evaluation with the unchanged interface (never trained on, by SFT or RL).
+
+Disjoint means no two sets share a task with the same state and turns; they share the generator's templates,
+so ``heldout`` measures in-distribution generalisation. The 36 hand-written bundled ``shop`` tasks
+(``bundled``) are the out-of-distribution check: no model here is trained on them.
 """
 
 from __future__ import annotations
@@ -19,42 +25,32 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULTS = HERE / "results"
 DOMAIN = "shop"
-
-EVAL_TASK_IDS: tuple[str, ...] = (
-    "shop_base_003", "shop_base_006", "shop_base_009", "shop_base_012", "shop_base_015", "shop_base_018",
-    "shop_base_021",
-    "shop_miss_func_003", "shop_miss_func_006",
-    "shop_miss_param_003", "shop_miss_param_006",
-)
+TASK_SETS: dict[str, tuple[int, int]] = {"heldout": (3, 24), "train": (2, 32), "sft": (1, 400)}  # name -> (seed, n)
 
 
-def split_rule(tasks) -> tuple[list[str], list[str]]:
-    """(train ids, eval ids) by the documented rule: per category, sorted ids, every third held out."""
-    by_cat: dict[str, list[str]] = {}
-    for t in tasks:
-        by_cat.setdefault(t.category, []).append(t.id)
-    train, held = [], []
-    for cat in sorted(by_cat):
-        for i, tid in enumerate(sorted(by_cat[cat])):
-            (held if i % 3 == 2 else train).append(tid)
-    return sorted(train), sorted(held)
+def task_set_path(name: str) -> Path:
+    """``results/tasks/<name>.json`` for a synthetic set (generated, disjoint from the sets before it)."""
+    out = RESULTS / "tasks"
+    if name not in TASK_SETS:
+        raise KeyError(f"unknown task set {name!r}; choose from {sorted(TASK_SETS)} or 'bundled'")
+    paths = {n: out / f"{n}.json" for n in TASK_SETS}
+    if not all(p.exists() for p in paths.values()):
+        import synthetic
+
+        seen: set[str] = set()
+        for n, (seed, size) in TASK_SETS.items():  # heldout first: the later sets exclude its tasks
+            docs = synthetic.generate(size, seed, prefix=n, exclude=seen)
+            seen |= {synthetic.fingerprint(d) for d in docs}
+            synthetic.write_tasks(docs, paths[n])
+    return paths[name]
 
 
-def load_shop_tasks():
+def task_set(name: str):
+    """The tasks of a set: a synthetic one (``sft``, ``train``, ``heldout``) or the 36 ``bundled`` tasks."""
     from seal_envs.spec import load_domain
     from seal_envs.task import load_tasks
 
-    return load_tasks(load_domain(DOMAIN).root)
-
-
-def check_split(tasks=None) -> tuple[list, list]:
-    """(train tasks, eval tasks); raises if ``EVAL_TASK_IDS`` no longer matches the rule on ``tasks.json``."""
-    tasks = list(tasks if tasks is not None else load_shop_tasks())
-    _, held = split_rule(tasks)
-    if sorted(EVAL_TASK_IDS) != held:
-        raise RuntimeError(f"held-out split drifted from tasks.json: constant {sorted(EVAL_TASK_IDS)} vs rule {held}")
-    held_set = set(EVAL_TASK_IDS)
-    return [t for t in tasks if t.id not in held_set], [t for t in tasks if t.id in held_set]
+    return load_tasks(load_domain(DOMAIN).root if name == "bundled" else task_set_path(name))
 
 
 def set_threads(n: int | None = None) -> None:

@@ -1,9 +1,9 @@
-"""Held-out success of a Hugging Face model folder on the shop domain, with the unchanged interface.
+"""Success of a Hugging Face model folder on a shop task set, with the unchanged interface.
 
-    python benchmarks/replication/evaluate.py --model benchmarks/replication/results/models/sft [--json out.json]
+    python benchmarks/replication/evaluate.py --model benchmarks/replication/results/models/sft \
+        [--set heldout|train|sft|bundled] [--json out.json]
 
 Uses the project's own pieces end to end, no generation loop of ours: ``seal_envs.evaluation.policies.HFPolicy``
-(wrapped by ``make_policy`` to work around a transformers-5 incompatibility, see there)
 (chat template with ``tools=``, greedy decoding at temperature 0) and ``seal_envs.evaluation.runner.run_episode``
 over ``ToolUseEnv(domain="shop", mode="eval")`` (original interface, ``mutate`` refused), so the tool calls are
 read by the one parser (``seal_envs.parsing``) and scored by the env's verifier, labelled by its diagnosis.
@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DOMAIN, check_split, set_threads, write_json  # noqa: E402
+from common import DOMAIN, set_threads, task_set, write_json  # noqa: E402
 
 
 def make_policy(model_path, max_new_tokens: int):
@@ -35,13 +35,11 @@ def make_policy(model_path, max_new_tokens: int):
                              device="cpu"))
 
 
-def evaluate(model_path: str | Path, tasks=None, *, max_steps_per_turn: int = 4, max_new_tokens: int = 160,
+def evaluate(model_path: str | Path, tasks, *, max_steps_per_turn: int = 4, max_new_tokens: int = 160,
              sandbox: str = "inprocess", verbose: bool = True) -> dict[str, Any]:
     from seal_envs.env import ToolUseEnv
     from seal_envs.evaluation.runner import run_episode
 
-    if tasks is None:
-        tasks = check_split()[1]
     tasks = list(tasks)
     t0 = time.time()
     policy = make_policy(model_path, max_new_tokens)
@@ -79,7 +77,7 @@ def evaluate(model_path: str | Path, tasks=None, *, max_steps_per_turn: int = 4,
 
 def print_summary(s: dict[str, Any]) -> None:
     print(f"model: {s['model']}")
-    print(f"held-out success: {s['success_rate']:.3f} ({round(s['success_rate'] * s['n_tasks'])}/{s['n_tasks']}); "
+    print(f"success on {s.get('set', '?')}: {s['success_rate']:.3f} ({round(s['success_rate'] * s['n_tasks'])}/{s['n_tasks']}); "
           f"turn pass rate {s['turn_pass_rate']:.3f}; per category {s['per_category']}; {s['time_s']:.0f}s")
     print("label distribution: " + ", ".join(f"{k}={v:.2f}" for k, v in s["label_distribution"].items()))
 
@@ -90,14 +88,15 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--max-steps-per-turn", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=160)
-    p.add_argument("--split", choices=["eval", "train"], default="eval", help="held-out (default) or training tasks")
+    p.add_argument("--set", default="heldout", choices=["heldout", "train", "sft", "bundled"],
+                   help="task set (common.py); default: the held-out synthetic tasks")
+    p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the set")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
     set_threads(args.threads)
-    train, held = check_split()
-    s = evaluate(args.model, held if args.split == "eval" else train, max_steps_per_turn=args.max_steps_per_turn,
-                 max_new_tokens=args.max_new_tokens)
-    s["split"] = args.split
+    tasks = task_set(args.set)[: args.limit]
+    s = evaluate(args.model, tasks, max_steps_per_turn=args.max_steps_per_turn, max_new_tokens=args.max_new_tokens)
+    s["set"] = args.set
     print_summary(s)
     if args.json:
         write_json(args.json, s)

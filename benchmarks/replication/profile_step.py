@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DOMAIN, RESULTS, check_split, set_threads, write_json  # noqa: E402
+from common import DOMAIN, RESULTS, set_threads, task_set, write_json  # noqa: E402
 
 PHASES = ["generation", "render", "env_reset", "sandbox", "verify", "diagnosis", "env_other", "closed_loop",
           "advantage", "old_log_prob", "ref", "update_actor"]
@@ -93,7 +93,7 @@ def rollout(model, tok, env, task, timers, *, temperature: float, max_new_tokens
     """One episode: generate with the chat template + tools, step the env; returns a Demonstration-like record."""
     import torch
 
-    from sft_warm_start import Demonstration
+    from seal_trainer.warm_start import Demonstration
 
     t0 = time.perf_counter()
     obs, info = env.reset(seed=seed, options={"task_id": task.id})
@@ -143,7 +143,7 @@ def profile_one_step(model_path, *, prompts: int = 2, n: int = 4, seed: int = 0,
     from seal_envs.env import ToolUseEnv
     from seal_trainer.advantage import ReweightConfig, Reweighter, seal_grpo_advantage
     from seal_trainer.closed_loop import ClosedLoop
-    from sft_warm_start import render_segments
+    from seal_trainer.warm_start import render_examples
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -151,7 +151,7 @@ def profile_one_step(model_path, *, prompts: int = 2, n: int = 4, seed: int = 0,
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
     ref = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    train_tasks, _ = check_split()
+    train_tasks = list(task_set("train"))
     batch_tasks = rng.sample(train_tasks, prompts)
     env = ToolUseEnv(domain=DOMAIN, tasks=train_tasks, mode="train", sandbox=sandbox,
                      max_steps_per_turn=max_steps_per_turn)
@@ -174,7 +174,7 @@ def profile_one_step(model_path, *, prompts: int = 2, n: int = 4, seed: int = 0,
         env.mutate(state)
         timers["closed_loop"] += time.perf_counter() - t0
         # sequences for the update: each rollout rendered with its tools, loss mask = generated assistant tokens
-        seqs = [(k, e) for k, d in enumerate(trajs) for e in render_segments(tok, d)]
+        seqs = [(k, e) for k, d in enumerate(trajs) for e in render_examples(tok, d)]
         rewards = [d.reward for d in trajs]
         t0 = time.perf_counter()
         weights = Reweighter(ReweightConfig()).weights(labels, rewards, [True] * len(trajs))
@@ -239,14 +239,14 @@ def profile_one_step(model_path, *, prompts: int = 2, n: int = 4, seed: int = 0,
 
 
 def ground_truth_env_cost(sandbox: str = "inprocess", repeats: int = 3) -> dict[str, Any]:
-    """Env-side cost of episodes whose calls all execute: the 25 training tasks' ground truth played through the
-    env (``sft_warm_start.record_demonstration``), with the same timers; per episode, after a warm-up pass (the
+    """Env-side cost of episodes whose calls all execute: the RL training tasks' ground truth played through the
+    env (``seal_trainer.warm_start.record_demonstration``), with the same timers; per episode, after a warm-up pass (the
     verifier's reference replays are cached per process, as in training)."""
     from seal_envs.env import ToolUseEnv
     from seal_envs.sandbox.inprocess import InProcessSandbox
-    from sft_warm_start import record_demonstration
+    from seal_trainer.warm_start import record_demonstration
 
-    train_tasks, _ = check_split()
+    train_tasks = list(task_set("train"))
     timers: dict[str, float] = defaultdict(float)
     env = ToolUseEnv(domain=DOMAIN, tasks=train_tasks, mode="train", sandbox=sandbox)
     for t in train_tasks:  # warm-up: reference replays

@@ -1,16 +1,17 @@
 """The replication experiment: SFT checkpoint -> GRPO, vanilla vs full SEAL, same tasks / seeds / budget.
 
     python benchmarks/replication/sft_warm_start.py                  # once: results/models/sft
-    python benchmarks/replication/run.py --seeds 0 1 2 --steps 6 --test-freq 2
+    python benchmarks/replication/run.py --seeds 0 1 2 --steps 3 --test-freq 1
     python benchmarks/replication/run.py --dry-run                   # print the seal-train commands only
 
 Per arm (``seal.ablation=vanilla`` and ``seal.ablation=full``, the trainer's own switches, see
 ``seal_trainer/config.py``) and seed, one ``seal-train`` run (``python -m seal_trainer.cli``, CPU shims) with:
 
 - the SFT checkpoint as ``actor_rollout_ref.model.path``;
-- training rows = the 25 training tasks (``seal_mode=train``: the evolving interface for SEAL, the original one
-  for vanilla), validation rows = the 11 held-out tasks (``seal_mode=eval``: the unchanged interface, greedy,
-  ``rollout.val_kwargs`` temperature 0) written with ``seal_trainer.data.task_rows``;
+- training rows = the 32 tasks of the ``train`` set (``seal_mode=train``: the evolving interface for SEAL, the
+  original one for vanilla), validation rows = the 24 ``heldout`` tasks (``seal_mode=eval``: the unchanged
+  interface, greedy, ``rollout.val_kwargs`` temperature 0), both synthetic (``common.py``), written with
+  ``seal_trainer.data.task_rows`` and a ``seal_tasks`` file column so the agent loop loads them;
 - identical budget: ``--steps`` GRPO steps of ``--batch`` prompts x ``--n`` rollouts, same lr/KL/lengths;
 - seeds: ``data.seed``, ``actor_rollout_ref.rollout.seed``, ``actor_rollout_ref.actor.fsdp_config.seed``;
 - validation before training and every ``--test-freq`` steps: ``val-core/seal/shop/reward/mean@1`` (verifier
@@ -37,9 +38,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DOMAIN, REPO, RESULTS, check_split, write_json  # noqa: E402
+from common import DOMAIN, REPO, RESULTS, task_set, task_set_path, write_json  # noqa: E402
 
 VAL_KEY = f"val-core/seal/{DOMAIN}/reward/mean@1"
+TRAIN_KEYS = ("seal/reward_mean", "actor/grad_norm", "seal/w/mean", "seal/interface_version")
 ARMS = ("vanilla", "full")
 
 
@@ -50,9 +52,11 @@ class TrainerNotReady(SystemExit):
 def write_data(out: Path) -> tuple[Path, Path]:
     from seal_trainer.data import task_rows, write_rows
 
-    train, held = check_split()
-    return (write_rows(task_rows(train, domain=DOMAIN, mode="train", sandbox="inprocess"), out / "train.parquet"),
-            write_rows(task_rows(held, domain=DOMAIN, mode="eval", sandbox="inprocess", seed=10_000), out / "val.parquet"))
+    files = {name: str(task_set_path(name).resolve()) for name in ("train", "heldout")}
+    rows = {name: task_rows(task_set(name), domain=DOMAIN, mode="train" if name == "train" else "eval",
+                            sandbox="inprocess", tasks_path=files[name], seed=0 if name == "train" else 10_000)
+            for name in files}
+    return write_rows(rows["train"], out / "train.parquet"), write_rows(rows["heldout"], out / "val.parquet")
 
 
 def overrides(args, arm: str, seed: int, run_dir: Path, train: Path, val: Path) -> list[str]:
@@ -116,10 +120,16 @@ def run_one(args, arm: str, seed: int, train: Path, val: Path) -> dict[str, Any]
             f"{wall:.0f}s, {len(curve)} validation points). The trainer (seal_trainer/) is not usable for this "
             f"experiment yet; no RL results were written. Log: {run_dir / 'train.log'}\n--- last lines ---\n"
             + "\n".join(tail))
-    timing = [{k: v for k, v in r.get("data", {}).items() if k.startswith("timing_s/") or k.startswith("agent_loop/")}
-              for r in rows if "timing_s/step" in r.get("data", {})]
-    return {"arm": arm, "seed": seed, "curve": {str(k): v for k, v in sorted(curve.items())}, "wall_s": wall,
-            "timing": timing, "run_dir": str(run_dir)}
+    return {"arm": arm, "seed": seed, "wall_s": wall, **run_record(curve, rows), "run_dir": str(run_dir)}
+
+
+def run_record(curve: dict[int, float], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Validation curve, per-step training figures and verl's timings of one run."""
+    steps = [r for r in rows if "timing_s/step" in r.get("data", {})]
+    return {"curve": {str(k): v for k, v in sorted(curve.items())},
+            "train": {str(r["step"]): {k: r["data"][k] for k in TRAIN_KEYS if k in r["data"]} for r in steps},
+            "timing": [{k: v for k, v in r["data"].items() if k.startswith(("timing_s/", "agent_loop/"))}
+                       for r in steps]}
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -132,8 +142,14 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             vals = [r["curve"][str(s)] for r in mine if str(s) in r["curve"]]
             per_step[str(s)] = {"mean": statistics.mean(vals), "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0,
                                 "min": min(vals), "max": max(vals), "n": len(vals)}
+        train_steps = sorted({int(s) for r in mine for s in r.get("train", {})})
+        train_reward = {}
+        for s in train_steps:
+            vals = [r["train"][str(s)]["seal/reward_mean"] for r in mine if "seal/reward_mean" in r["train"].get(str(s), {})]
+            if vals:
+                train_reward[str(s)] = {"mean": statistics.mean(vals), "std": statistics.pstdev(vals), "n": len(vals)}
         final = [r["curve"][max(r["curve"], key=int)] for r in mine]
-        out[arm] = {"per_step": per_step, "final_mean": statistics.mean(final) if final else None,
+        out[arm] = {"per_step": per_step, "train_reward": train_reward, "final_mean": statistics.mean(final) if final else None,
                     "final_std": statistics.pstdev(final) if len(final) > 1 else 0.0, "final": final,
                     "seeds": [r["seed"] for r in mine]}
     return out
@@ -145,18 +161,22 @@ def plot(agg: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for arm, doc in agg.items():
-        steps = sorted(int(s) for s in doc["per_step"])
-        m = [doc["per_step"][str(s)]["mean"] for s in steps]
-        sd = [doc["per_step"][str(s)]["std"] for s in steps]
-        ax.plot(steps, m, marker="o", label=f"{arm} (n={len(doc['seeds'])})")
-        ax.fill_between(steps, [a - b for a, b in zip(m, sd)], [a + b for a, b in zip(m, sd)], alpha=0.2)
-    ax.set_xlabel("GRPO step")
+        for axis, series in ((ax, doc["per_step"]), (ax2, doc["train_reward"])):
+            steps = sorted(int(s) for s in series)
+            m = [series[str(s)]["mean"] for s in steps]
+            sd = [series[str(s)]["std"] for s in steps]
+            axis.plot(steps, m, marker="o", label=f"{arm} (n={len(doc['seeds'])})")
+            axis.fill_between(steps, [a - b for a, b in zip(m, sd)], [a + b for a, b in zip(m, sd)], alpha=0.2)
     ax.set_ylabel("held-out success (unchanged interface, greedy)")
-    ax.set_title("shop: vanilla GRPO vs SEAL from the SFT warm start")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend()
+    ax.set_title("held-out synthetic shop tasks")
+    ax2.set_ylabel("training reward (rollouts, T=1)")
+    ax2.set_title("training tasks (each arm's own interface)")
+    for axis in (ax, ax2):
+        axis.set_xlabel("GRPO step")
+        axis.set_ylim(-0.02, 1.02)
+        axis.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -183,10 +203,7 @@ def aggregate_existing(args) -> int:
             if args.steps not in curve:
                 skipped.append(f"{arm}_s{seed} ({len(curve)} validation points)")
                 continue
-            timing = [{k: v for k, v in r.get("data", {}).items() if k.startswith(("timing_s/", "agent_loop/"))}
-                      for r in rows if "timing_s/step" in r.get("data", {})]
-            runs.append({"arm": arm, "seed": seed, "curve": {str(k): v for k, v in sorted(curve.items())},
-                         "timing": timing, "run_dir": str(run_dir)})
+            runs.append({"arm": arm, "seed": seed, **run_record(curve, rows), "run_dir": str(run_dir)})
     if not runs:
         raise SystemExit(f"no finished runs under {RESULTS / 'rl_runs'}; unfinished: {skipped}")
     agg = aggregate(runs)
@@ -206,11 +223,11 @@ def main(argv=None) -> int:
     p.add_argument("--sft", default=str(RESULTS / "models" / "sft"))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--test-freq", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--test-freq", type=int, default=1)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--n", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--response-length", type=int, default=1024)
     p.add_argument("--max-steps-per-turn", type=int, default=4)
     p.add_argument("--max-assistant-turns", type=int, default=8)

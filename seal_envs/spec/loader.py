@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass, field
 from functools import cache, wraps
@@ -66,6 +67,14 @@ class ToolDomain:
     tools: tuple[ToolSpec, ...]
     root: Path
     python_paths: tuple[Path, ...] = field(default=())
+    task_splits: str | None = None  # "package.module:function" giving the tasks of a fixed split
+
+    def split_tasks(self, split: str) -> tuple:
+        """The tasks of the domain's own fixed ``split`` (``"train"`` / ``"eval"``), for domains that declare one."""
+        if not self.task_splits:
+            raise ValueError(f"domain {self.name!r} declares no task_splits; its tasks are {self.root / 'tasks.json'}")
+        module, function = self.task_splits.split(":")
+        return tuple(getattr(importlib.import_module(module), function)(split))
 
     def tool(self, name: str) -> ToolSpec:
         for tool in self.tools:
@@ -165,6 +174,7 @@ def load_domain(file: Path) -> ToolDomain:
                     for t in document["tools"]),
         root=root,
         python_paths=tuple((root / p).resolve() for p in document.get("python_paths", [])),
+        task_splits=document.get("task_splits"),
     )
 
 

@@ -1,0 +1,167 @@
+"""Supervised warm start on executed demonstrations, so that RL starts from a policy that emits tool calls.
+
+GRPO learns nothing from a policy that never succeeds (every group's advantage is zero). A short SFT on the
+domain's own ground truth fixes that for small models:
+
+1. ``record_demonstrations`` plays each task's ground truth through a ``ToolUseEnv`` in ``eval`` mode: one
+   assistant message per call (``<tool_call>{json}</tool_call>``, the format ``seal_envs.parsing`` reads), tool
+   outputs from really executing it, then a final answer containing the turn's ``required_response`` strings
+   (or an abstention / a request for the missing detail). Each demonstration must earn reward 1.
+2. ``render_examples`` renders a transcript with the tokenizer's chat template and the tools offered when each
+   message was generated (one sequence per distinct tool list: miss_func turns add tools), with labels only on
+   assistant content and the end-of-message token; tool lists, user turns and tool outputs get -100.
+3. ``train`` fits a causal LM on those sequences (AdamW, batch 1, cosine schedule with warmup).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ANSWER_TEXT = "Here is what I found: {}."
+DONE_TEXT = "Done."
+ASK_TEXT = "I need one more detail before I can do that. Could you tell me what to use?"
+ABSTAIN_TEXT = "I cannot do that with the functions I have available."
+
+
+def turn_answer(turn) -> str:
+    """The final assistant message of a demonstrated turn."""
+    if turn.required_response:
+        return ANSWER_TEXT.format(", ".join(turn.required_response))
+    if turn.ground_truth:
+        return DONE_TEXT
+    return ABSTAIN_TEXT if turn.expects_abstention else ASK_TEXT
+
+
+@dataclass
+class Demonstration:
+    task_id: str
+    messages: list[dict[str, str]]  # role/content only, as the policy sees them
+    tools_at: dict[int, list[dict[str, Any]]]  # assistant message index -> tools offered when it was generated
+    reward: float
+
+
+def record_demonstration(env, task) -> Demonstration:
+    """Execute ``task``'s ground truth through ``env``; the transcript and the tools at each action."""
+    from seal_envs.parsing import format_tool_call
+
+    obs, info = env.reset(options={"task_id": task.id})
+    messages = [{"role": m["role"], "content": m["content"]} for m in obs]
+    tools_at: dict[int, list] = {}
+    reward, done = 0.0, False
+    for turn in task.turns:
+        for action in [format_tool_call(c) for c in turn.ground_truth] + [turn_answer(turn)]:
+            if done:
+                raise RuntimeError(f"{task.id}: episode ended before the ground truth was played")
+            tools_at[len(messages)] = info["tools"]
+            messages.append({"role": "assistant", "content": action})
+            obs, reward, terminated, truncated, info = env.step(action)
+            messages += [{"role": m["role"], "content": m["content"]} for m in obs]
+            done = terminated or truncated
+    return Demonstration(task.id, messages, tools_at, float(reward))
+
+
+def record_demonstrations(tasks: Sequence[Any], domain: str = "shop", sandbox: str = "inprocess") -> list[Demonstration]:
+    """Demonstrations of ``tasks`` of ``domain``; raises if one does not pass the verifier."""
+    from seal_envs.env import ToolUseEnv
+
+    env = ToolUseEnv(domain=domain, tasks=list(tasks), mode="eval", sandbox=sandbox)
+    try:
+        demos = [record_demonstration(env, t) for t in tasks]
+    finally:
+        env.close()
+    bad = [d.task_id for d in demos if d.reward != 1.0]
+    if bad:
+        raise RuntimeError(f"ground-truth demonstrations did not pass the verifier: {bad}")
+    return demos
+
+
+def render_examples(tokenizer, demo: Demonstration) -> list[dict[str, Any]]:
+    """One training sequence per distinct tool list: ``input_ids`` and ``labels`` (-100 off assistant tokens)."""
+    end = tokenizer.eos_token
+    groups: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+    for idx, tools in demo.tools_at.items():  # rendered as offered: key order is part of the prompt
+        groups.setdefault(json.dumps(tools), (tools, []))[1].append(idx)
+    out = []
+    for tools, indices in groups.values():
+        full = tokenizer.apply_chat_template(demo.messages[: max(indices) + 1], tools=tools, tokenize=False)
+        spans = []
+        for i in sorted(indices):
+            prefix = tokenizer.apply_chat_template(demo.messages[:i], tools=tools, tokenize=False,
+                                                   add_generation_prompt=True)
+            target = demo.messages[i]["content"] + end
+            if not full.startswith(prefix) or full[len(prefix): len(prefix) + len(target)] != target:
+                raise RuntimeError(f"{demo.task_id}: the chat template is not prefix-stable at message {i}")
+            spans.append((len(prefix), len(prefix) + len(target)))
+        enc = tokenizer(full, return_offsets_mapping=True, add_special_tokens=False)
+        labels = [tok if e > s and any(a <= s and e <= b for a, b in spans) else -100
+                  for tok, (s, e) in zip(enc["input_ids"], enc["offset_mapping"])]
+        out.append({"task_id": demo.task_id, "input_ids": list(enc["input_ids"]), "labels": labels})
+    return out
+
+
+def supervised_text(tokenizer, example: dict[str, Any]) -> str:
+    """The text the loss covers: the decoded labelled tokens."""
+    return tokenizer.decode([t for t in example["labels"] if t != -100], skip_special_tokens=False)
+
+
+def sequence_loss(model, example: dict[str, Any]):
+    import torch
+
+    return model(input_ids=torch.tensor([example["input_ids"]]), labels=torch.tensor([example["labels"]])).loss
+
+
+def mean_loss(model, examples: Sequence[dict[str, Any]]) -> float:
+    import torch
+
+    with torch.no_grad():
+        return sum(float(sequence_loss(model, e)) for e in examples) / len(examples)
+
+
+def train(model, examples: Sequence[dict[str, Any]], steps: int, lr: float = 2e-3, seed: int = 0,
+          warmup: int = 20, log_every: int = 10, time_limit_s: float | None = None) -> list[dict[str, float]]:
+    """AdamW, batch 1 (one rendered sequence), cosine schedule with warmup; returns the loss history."""
+    import torch
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    order: list[int] = []
+    history, window = [], []
+    model.train()
+    t0 = time.time()
+    bar = tqdm(range(steps), desc="sft", mininterval=5.0)
+    for step in bar:
+        if not order:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+        loss = sequence_loss(model, examples[order.pop()])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        window.append(float(loss.detach()))
+        if (step + 1) % log_every == 0 or step == steps - 1:
+            history.append({"step": step + 1, "loss": sum(window) / len(window), "time_s": time.time() - t0})
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
+            window = []
+        if time_limit_s and time.time() - t0 > time_limit_s:
+            history.append({"step": step + 1, "loss": float(loss.detach()), "time_s": time.time() - t0,
+                            "stopped": True})
+            break
+    bar.close()
+    model.eval()
+    return history
+
+
+__all__ = ["Demonstration", "mean_loss", "record_demonstrations", "render_examples", "supervised_text", "train",
+           "turn_answer"]

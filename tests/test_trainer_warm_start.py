@@ -1,0 +1,112 @@
+"""The trainer's supervised warm start (seal_trainer/warm_start.py) on the bundled shop tasks.
+
+Demonstrations are executed ground truth that the verifier accepts; the rendered sequences carry labels only on
+assistant tokens (each assistant message's content and its end-of-message token); a few SFT steps lower the
+loss; ``build_tiny_model(warm_start_steps=...)`` uses this warm start.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from seal_trainer import warm_start as sft
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from seal_trainer.tiny import build_tiny_model
+
+    # the default (smaller) tiny model, with a small vocabulary: fast to build and to train
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", vocab_size=768)
+
+
+@pytest.fixture(scope="module")
+def demos():
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks
+
+    tasks = load_tasks(load_domain("shop").root)
+    return sft.record_demonstrations([t for t in tasks if t.id in ("shop_base_001", "shop_miss_param_001",
+                                                                    "shop_miss_func_001")])
+
+
+def test_demonstrations_pass_the_verifier(demos):
+    assert all(d.reward == 1.0 for d in demos)
+    for d in demos:
+        roles = [m["role"] for m in d.messages]
+        assert "tool" in roles and roles[0] == "user"
+
+
+def test_loss_mask_covers_exactly_the_assistant_messages(tiny, demos):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    for demo in demos:
+        examples = sft.render_examples(tok, demo)
+        covered = "".join(sft.supervised_text(tok, e) for e in examples)
+        expected = "".join(demo.messages[i]["content"] + tok.eos_token for i in sorted(demo.tools_at))
+        assert covered == expected
+        for e in examples:
+            assert len(e["labels"]) == len(e["input_ids"])
+            assert e["labels"][0] == -100  # the tool list / system block is never trained on
+            masked = tok.decode([t for t, l in zip(e["input_ids"], e["labels"]) if l == -100])
+            assert "<tools>" in masked and "<tool_response>" in masked
+            assert "<tool_response>" not in sft.supervised_text(tok, e)
+            assert all(l in (-100, t) for t, l in zip(e["input_ids"], e["labels"]))
+
+
+def test_miss_func_renders_one_sequence_per_tool_list(tiny, demos):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    demo = next(d for d in demos if d.task_id == "shop_miss_func_001")
+    assert len(sft.render_examples(tok, demo)) == 2  # cancel_order is added at turn 3
+
+
+def test_a_few_sft_steps_lower_the_loss(tiny, demos):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(tiny)
+    examples = [e for d in demos for e in sft.render_examples(tok, d)]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    before = sft.mean_loss(model, examples)
+    sft.train(model, examples, steps=8, lr=3e-3, warmup=2, log_every=100)
+    after = sft.mean_loss(model, examples)
+    assert after < before - 0.3, (before, after)
+
+
+def test_tiny_model_warm_start_fits_the_demonstrations(tmp_path, demos):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from seal_trainer.tiny import build_tiny_model
+
+    torch.set_num_threads(2)
+    cold = build_tiny_model(tmp_path / "cold", vocab_size=768)
+    warm = build_tiny_model(tmp_path / "warm", vocab_size=768, warm_start_steps=30)
+    tok = AutoTokenizer.from_pretrained(warm)
+    examples = [e for d in demos for e in sft.render_examples(tok, d)]
+    losses = [sft.mean_loss(AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32), examples) for p in (cold, warm)]
+    assert losses[1] < losses[0] - 0.5, losses
+
+
+def test_training_prompts_are_the_prompts_the_policy_sees(tiny, demos):
+    """Each supervised message starts right after the exact tokens a policy is prompted with at that point."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    for demo in demos:
+        by_tools = {}
+        for i, tools in demo.tools_at.items():
+            by_tools.setdefault(str(tools), []).append(i)
+        for example, indices in zip(sft.render_examples(tok, demo), by_tools.values()):
+            labels = example["labels"]
+            starts = [k for k in range(1, len(labels)) if labels[k] != -100 and labels[k - 1] == -100]
+            for k, i in zip(starts, sorted(indices)):
+                prompt = tok.apply_chat_template(demo.messages[:i], tools=demo.tools_at[i], tokenize=True,
+                                                 add_generation_prompt=True)
+                prompt = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
+                assert example["input_ids"][:k] == list(prompt)
