@@ -72,7 +72,7 @@ def cpu_overrides(num_cpus: int = 16) -> list[str]:
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
         "actor_rollout_ref.actor.fsdp_config.model_dtype=float32",
         "actor_rollout_ref.ref.fsdp_config.model_dtype=float32",
-        # verl's FSDP engine computes in bf16 by default: 5x slower than fp32 on CPUs (benchmarks/cpu_dtype_bench.py)
+        # verl's FSDP computes in bf16 by default: 4-10x slower than fp32 on CPU (benchmarks/cpu_dtype_bench.py)
         f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32_COMPUTE}",
         f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={FP32_COMPUTE}",
         "actor_rollout_ref.actor.use_torch_compile=False",

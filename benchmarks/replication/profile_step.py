@@ -41,7 +41,9 @@ PHASES = ["generation", "render", "env_reset", "sandbox", "verify", "diagnosis",
 ENV_PHASES = ("env_reset", "sandbox", "verify", "diagnosis", "env_other")
 
 
-class _BoardStub:
+class _LocalBoard:
+    """Holds the published interface in this process (in training it is a Ray actor; that RPC is not timed)."""
+
     def publish(self, doc, step=None):
         self.doc = doc
 
@@ -155,7 +157,7 @@ def profile_one_step(model_path, *, prompts: int = 2, n: int = 4, seed: int = 0,
     batch_tasks = rng.sample(train_tasks, prompts)
     env = ToolUseEnv(domain=DOMAIN, tasks=train_tasks, mode="train", sandbox=sandbox,
                      max_steps_per_turn=max_steps_per_turn)
-    loop = ClosedLoop(True, True, 1, board=_BoardStub())
+    loop = ClosedLoop(True, True, 1, board=_LocalBoard())
     timers: dict[str, float] = defaultdict(float)
     restore = _instrument_env(timers)
     t_step = time.perf_counter()

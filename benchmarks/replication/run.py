@@ -1,7 +1,7 @@
 """The replication experiment: SFT checkpoint -> GRPO, vanilla vs full SEAL, same tasks / seeds / budget.
 
     python benchmarks/replication/sft_warm_start.py                  # once: results/models/sft
-    python benchmarks/replication/run.py --seeds 0 1 2 --steps 3 --test-freq 1
+    python benchmarks/replication/run.py --seeds 0 1 2 --steps 3 --test-freq 3
     python benchmarks/replication/run.py --dry-run                   # print the seal-train commands only
 
 Per arm (``seal.ablation=vanilla`` and ``seal.ablation=full``, the trainer's own switches, see
@@ -42,7 +42,7 @@ from common import DOMAIN, REPO, RESULTS, task_set, task_set_path, write_json  #
 
 VAL_KEY = f"val-core/seal/{DOMAIN}/reward/mean@1"
 TRAIN_KEYS = ("seal/reward_mean", "actor/grad_norm", "seal/w/mean", "seal/interface_version")
-ARMS = ("vanilla", "full")
+ARMS = ("vanilla", "full")  # the comparison; --arms also takes the paper's ablations (seal_trainer.config.ABLATIONS)
 
 
 class TrainerNotReady(SystemExit):
@@ -65,7 +65,7 @@ def overrides(args, arm: str, seed: int, run_dir: Path, train: Path, val: Path) 
         f"actor_rollout_ref.model.path={Path(args.sft).resolve()}",
         f"data.train_files={train.resolve()}", f"data.val_files={val.resolve()}",
         f"data.train_batch_size={args.batch}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
-        f"actor_rollout_ref.rollout.n={args.n}",
+        f"actor_rollout_ref.rollout.n={args.n}", f"actor_rollout_ref.rollout.temperature={args.temperature}",
         f"data.max_response_length={args.response_length}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         f"seal.env.max_steps_per_turn={args.max_steps_per_turn}",
@@ -134,7 +134,7 @@ def run_record(curve: dict[int, float], rows: list[dict[str, Any]]) -> dict[str,
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for arm in ARMS:
+    for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
         steps = sorted({int(s) for r in mine for s in r["curve"]})
         per_step = {}
@@ -160,6 +160,7 @@ def plot(agg: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for arm, doc in agg.items():
@@ -171,11 +172,12 @@ def plot(agg: dict[str, Any], path: Path) -> None:
             axis.fill_between(steps, [a - b for a, b in zip(m, sd)], [a + b for a, b in zip(m, sd)], alpha=0.2)
     ax.set_ylabel("held-out success (unchanged interface, greedy)")
     ax.set_title("held-out synthetic shop tasks")
-    ax2.set_ylabel("training reward (rollouts, T=1)")
+    ax2.set_ylabel("training reward (sampled rollouts)")
     ax2.set_title("training tasks (each arm's own interface)")
     for axis in (ax, ax2):
         axis.set_xlabel("GRPO step")
         axis.set_ylim(-0.02, 1.02)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,12 +224,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sft", default=str(RESULTS / "models" / "sft"))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    from seal_trainer.config import ABLATIONS
+
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=sorted(ABLATIONS))
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--test-freq", type=int, default=1)
+    p.add_argument("--test-freq", type=int, default=3)
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--n", type=int, default=4)
+    p.add_argument("--n", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--temperature", type=float, default=0.5, help="rollout sampling temperature (validation: greedy)")
     p.add_argument("--response-length", type=int, default=1024)
     p.add_argument("--max-steps-per-turn", type=int, default=4)
     p.add_argument("--max-assistant-turns", type=int, default=8)

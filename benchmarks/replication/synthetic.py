@@ -29,9 +29,8 @@ from typing import Any
 from common import REPO
 
 SHOP = REPO / "tool_specs" / "shop"
-for p in (str(SHOP),):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if str(SHOP) not in sys.path:
+    sys.path.insert(0, str(SHOP))
 
 import make_tasks as mt  # noqa: E402  (the bundled domain's own builders: catalogues, customers, orders)
 from shop_api import ShopAPI  # noqa: E402
@@ -68,7 +67,8 @@ class Builder:
         return self.rng.choice(templates).format(**fields)
 
 
-Skill = Callable[[Builder, str], "dict[str, Any] | None"]  # (builder, mode) -> turn; mode in {"", "ask", "withhold"}
+# (builder, mode) -> the turn, or None when the state does not allow it; mode "ask" withholds an argument
+Skill = Callable[[Builder, str], "dict[str, Any] | None"]
 
 
 def _in_stock(b: Builder) -> list[dict]:
@@ -210,16 +210,13 @@ def make_task(rng: random.Random, tid: str, category: str) -> dict[str, Any] | N
     b = Builder(rng, *_random_state(rng))
     names = list(SKILLS)
     rng.shuffle(names)
-    special = {"miss_param": [n for n in names if n in ASKABLE], "miss_func": names}.get(category, [])
+    # the category's special turn (withheld argument / withheld tool) goes to the first skill that allows it
+    special = {"miss_param": next((n for n in names if n in ASKABLE), None), "miss_func": names[0]}.get(category)
     withheld = None
     for name in names:
         if len(b.turns) >= rng.randint(2, 3):
             break
-        mode = ""
-        if special and name == special[0] and category == "miss_param":
-            mode = "ask"
-        elif special and name == special[0] and category == "miss_func" and withheld is None:
-            mode = "withhold"
+        mode = {"miss_param": "ask", "miss_func": "withhold"}[category] if name == special else ""
         snapshot = copy.deepcopy(b.api.__dict__)
         turn = SKILLS[name](b, mode)
         if turn is None:
@@ -230,9 +227,9 @@ def make_task(rng: random.Random, tid: str, category: str) -> dict[str, Any] | N
             b.turns.append(mt.turn(turn["user"], abstain=True))
             turn = {**turn, "user": turn["user"] + " " + ENABLE_TEXT, "add_tools": [name]}
         b.turns.append(turn)
-    needs = {"miss_param": lambda: any(not t["ground_truth"] for t in b.turns), "miss_func": lambda: withheld,
-             "base": lambda: True}[category]
-    if len(b.turns) < 2 or not needs():
+    complete = {"base": True, "miss_param": any(not t["ground_truth"] for t in b.turns),
+                "miss_func": withheld is not None}[category]
+    if len(b.turns) < 2 or not complete:
         return None
     doc = mt.task(tid, category, b.initial, b.turns, without=withheld)
     mt.verify([doc])
