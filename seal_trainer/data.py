@@ -45,13 +45,8 @@ def write_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def split_tasks(tasks: Sequence[Any], n_train: int | None, n_val: int | None, per_category: bool = True):
-    """Deterministic train/val split; per category when asked (the paper's BFCL split is 100/100 per category)."""
-    tasks = list(tasks)
-    if not per_category:
-        train = tasks[: n_train] if n_train else tasks
-        rest = [t for t in tasks if t not in train]
-        return train, (rest[: n_val] if n_val else rest)
+def split_tasks(tasks: Sequence[Any], n_train: int | None, n_val: int | None):
+    """Deterministic train/val split, spread evenly over categories (as the paper's BFCL split: 100/100 each)."""
     cats: dict[str, list[Any]] = {}
     for t in tasks:
         cats.setdefault(t.category, []).append(t)

@@ -82,22 +82,27 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SEAL_CACHE_DIR", Path.home() / ".cache" / "seal"))
 
 
+def _tasks_json(domain) -> tuple:
+    """The tasks in a domain's ``tasks.json``; none for a domain without one (e.g. BFCL's, from bfcl-eval)."""
+    from seal_envs.task import load_tasks
+
+    try:
+        return load_tasks(domain.root)
+    except Exception:
+        return ()
+
+
 def _corpus(domains: Sequence[str], seed: int) -> list[str]:
     """Training text for the tokenizer: rendered chats of the bundled tasks."""
     from seal_envs.spec import load_domain
-    from seal_envs.task import load_tasks
 
     rng = random.Random(seed)
     chats: list[str] = []
     for name in domains:
         domain = load_domain(name)
         tools = [t.openai_schema() for t in domain.tools]
-        chats.append(json.dumps(tools, indent=2))
-        try:
-            tasks = load_tasks(domain.root)
-        except Exception:  # a domain without tasks still contributes its schema text
-            tasks = ()
-        for task in tasks:
+        chats.append(json.dumps(tools, indent=2))  # a domain without tasks still contributes its schema text
+        for task in _tasks_json(domain):
             messages: list[dict[str, Any]] = [{"role": "system", "content": task.system_prompt or
                                                "You are a helpful assistant."}]
             for turn in task.turns:
@@ -152,16 +157,13 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
 def _warm_start(model, tokenizer, domains: Sequence[str], steps: int, seed: int) -> None:
     """SFT on the domains' executed ground truth (``seal_trainer.warm_start``), assistant tokens only."""
     from seal_envs.spec import load_domain
-    from seal_envs.task import load_tasks
     from seal_trainer.warm_start import record_demonstrations, render_examples, train
 
     examples = []
     for name in domains:
-        try:
-            tasks = load_tasks(load_domain(name).root)
-        except Exception:  # a domain without a tasks.json (e.g. BFCL's, loaded from bfcl-eval) has no demonstrations
-            continue
-        examples += [e for d in record_demonstrations(tasks, name) for e in render_examples(tokenizer, d)]
+        tasks = _tasks_json(load_domain(name))
+        if tasks:
+            examples += [e for d in record_demonstrations(tasks, name) for e in render_examples(tokenizer, d)]
     if not examples:
         raise ValueError(f"warm_start_steps={steps} needs a domain with a tasks.json; {list(domains)} have none")
     train(model, examples, steps, lr=3e-3, seed=seed)
