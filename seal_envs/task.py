@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,30 @@ def task_from_json(doc: dict[str, Any], domain: str) -> Task:
             for t in doc["turns"]
         ),
     )
+
+
+def task_to_json(task: Task) -> dict[str, Any]:
+    """The ``tasks.json`` entry of a task (inverse of ``task_from_json``)."""
+    doc: dict[str, Any] = {"id": task.id, "category": task.category, "initial_state": task.initial_state}
+    if task.tools is not None:
+        doc["tools"] = list(task.tools)
+    if task.system_prompt is not None:
+        doc["system_prompt"] = task.system_prompt
+    doc["turns"] = [{"user": t.user, "ground_truth": [c.to_json() for c in t.ground_truth],
+                     "required_response": list(t.required_response), "expects_abstention": t.expects_abstention,
+                     "add_tools": list(t.add_tools)} for t in task.turns]
+    return doc
+
+
+def write_tasks(tasks: Sequence[Task], path: str | Path) -> Path:
+    """Write ``tasks`` (all of one domain) as a ``tasks.json`` file that ``load_tasks`` reads back."""
+    domains = {t.domain for t in tasks}
+    if len(domains) != 1:
+        raise ValueError(f"a tasks.json holds the tasks of one domain, not {sorted(domains)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"domain": domains.pop(), "tasks": [task_to_json(t) for t in tasks]}, indent=1))
+    return path
 
 
 @cached_by_file(TASK_FILE)

@@ -6,7 +6,8 @@ Per sample (a dataset row with ``agent_name="seal_tool_env"`` and the ``seal_*``
 1. take an env from this worker's pool (``seal_trainer.envpool``), adopting the latest published training
    interface first (training rows only; ``seal_mode="eval"`` rows use an untouched eval env);
 2. ``reset`` it to the row's task (blocking env calls run in a thread: ``asyncio.to_thread``), render the
-   observation with the tokenizer's chat template and ``tools=info["tools"]``;
+   observation with the tokenizer's chat template and ``tools=info["tools"]`` (a template that ignores tools
+   is replaced by SEAL's Hermes tool template: ``seal_envs.tool_template``);
 3. loop: generate through verl's LLM server client -> decode -> ``env.step(text)`` -> append the env's
    tool/user messages as context tokens (response mask 0) with verl's continuous-token builder, so the
    trained token stream is exactly the one that was generated (no re-tokenisation drift);
@@ -32,6 +33,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
+from seal_envs.tool_template import ensure_tool_template
 from seal_trainer.envpool import EnvSpec, board_get, get_board, get_env_pool
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,10 @@ def _new_tools_message(old: list[dict], new: list[dict]) -> dict[str, str] | Non
 class SealToolEnvAgentLoop(AgentLoopBase):
     """Multi-turn tool use against a SEAL env (see module docstring)."""
 
+    # the policy version of this worker's latest generation: what a sample that never generated reports
+    # (verl reads min/max_global_steps of every sample; None crashed the step when all samples failed)
+    last_global_steps: int = 0
+
     def __init__(self, *args, **kwargs):
         kwargs.pop("tools", None)  # verl's own tool list; our tools come from the env
         super().__init__(*args, **kwargs)
@@ -83,6 +89,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         self.pool_size = int(seal_cfg.get("env_pool_size", 0) or 0) or None
         self.max_assistant_turns = int(seal_cfg.get("max_assistant_turns", 0) or 0) or None
         self.response_length = int(self.rollout_config.response_length)
+        ensure_tool_template(self.tokenizer, str(self.config.actor_rollout_ref.model.path))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         spec = spec_from_row(kwargs, self.env_defaults)
@@ -141,6 +148,8 @@ class SealToolEnvAgentLoop(AgentLoopBase):
                                                          sampling_params=params)
             gen_time += timing.get("generate", 0.0)
             steps = out.extra_fields.get("global_steps")
+            if steps is not None:
+                SealToolEnvAgentLoop.last_global_steps = int(steps)
             min_steps = steps if min_steps is None else min_steps
             max_steps = steps if steps is not None else max_steps
             token_ids = list(out.token_ids)[:budget]
@@ -191,8 +200,8 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             response_mask = [0] * len(response_ids)
             reward = 0.0
         extra_fields = self._extra(task_id, labels, infra, truncated, interface_version, spec.mode)
-        extra_fields["min_global_steps"] = min_steps
-        extra_fields["max_global_steps"] = max_steps
+        extra_fields["min_global_steps"] = self.last_global_steps if min_steps is None else min_steps
+        extra_fields["max_global_steps"] = self.last_global_steps if max_steps is None else max_steps
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=response_ids, response_mask=response_mask,
             response_logprobs=logprobs, reward_score=reward, num_turns=user_turns + assistant_turns,
@@ -222,6 +231,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             prompt_ids = [self._pad_id()]
         extra = self._extra(task_id, ["infrastructure_error"], True, False, 0, _scalar(row.get("seal_mode")) or "train")
         extra["seal_error"] = reason[:500]
+        extra["min_global_steps"] = extra["max_global_steps"] = self.last_global_steps
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=[self._pad_id()], response_mask=[0],
             response_logprobs=[0.0] if self.rollout_config.calculate_log_probs else None, reward_score=0.0,

@@ -1,24 +1,34 @@
 """``seal-train``: SEAL GRPO training on verl.
 
-    seal-train                                  # embedded CPU default: tiny local model, shop tools, 3 steps
+    seal-train                                  # embedded default: SmolLM2-135M, warm start, full SEAL on shop
     seal-train seal.ablation=vanilla trainer.total_training_steps=5
+    seal-train seal.model=tiny seal.warm_start.steps=0          # the random tiny model (seconds, learns nothing)
     seal-train --config examples/seal_bfcl_qwen7b.yaml      # the paper recipe (GPUs, vLLM)
     seal-train --print-config                   # show the composed config and exit
+    seal-train -v                               # show verl's and Ray's whole output, not only SEAL's lines
 
 Arguments of the form ``key=value`` are Hydra overrides of the composed config (verl's ``ppo_trainer`` +
 the SEAL config). ``--config`` takes a yaml (name in ``seal_trainer/config`` or a path) composed the same way.
 
-Values ``auto`` are resolved here: ``actor_rollout_ref.model.path=auto`` builds the tiny Qwen2 model and
-tokenizer (``seal_trainer.tiny``) in ``$SEAL_CACHE_DIR`` (default ``~/.cache/seal``); ``data.*_files=auto``
-writes parquet files from ``seal.dataset.domain``'s tasks; ``trainer.default_local_dir=auto`` is
-``./seal_runs/<experiment_name>``. Without CUDA devices the CPU shims (``seal_trainer.cpu``) are switched on.
-Launch: ``verl.trainer.main_ppo.run_ppo(config, task_runner_class=SealTaskRunner)``.
+Values ``auto`` are resolved here, before training starts: ``actor_rollout_ref.model.path=auto`` is
+``seal.model`` (``seal_trainer.models``: ``smollm2-135m``, ``tiny`` or a folder), warm-started for
+``seal.warm_start.steps`` SFT steps (``seal_trainer.warm_start``), both cached in ``$SEAL_CACHE_DIR`` (default
+``~/.cache/seal``); ``data.*_files=auto`` writes parquet files from ``seal.dataset.domain``'s tasks;
+``trainer.default_local_dir=auto`` is ``./seal_runs/<experiment_name>``. Without CUDA devices the CPU shims
+(``seal_trainer.cpu``) are switched on.
+
+Training runs in a child process (``run_ppo(config, task_runner_class=SealTaskRunner)``) whose whole output
+goes to ``<run dir>/train.log``; the console shows SEAL's lines (one per step, held-out success before and
+after) and, on failure, the log's tail. The run folder also gets ``config.yaml`` (the resolved config),
+``seal_steps.jsonl`` and ``training.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,15 +72,17 @@ def resolve_auto(cfg) -> None:
     seal = cfg.get("seal", {}) or {}
     with open_dict(cfg):
         if str(cfg.trainer.default_local_dir) == "auto":
-            cfg.trainer.default_local_dir = str(Path("seal_runs") / str(cfg.trainer.experiment_name))
+            cfg.trainer.default_local_dir = str((Path("seal_runs") / str(cfg.trainer.experiment_name)).resolve())
         if str(cfg.actor_rollout_ref.model.path) == "auto":
-            from seal_trainer.tiny import build_tiny_model
+            from seal_trainer.models import resolve_model
+            from seal_trainer.warm_start import WarmStartConfig, warm_started_model
 
-            tiny = seal.get("tiny_model", {}) or {}
-            t0 = time.time()
-            domain = str((seal.get("dataset", {}) or {}).get("domain", "shop"))
-            path = build_tiny_model(domains=(domain,), warm_start_steps=int(tiny.get("warm_start_steps", 0)))
-            print(f"[seal] tiny model: {path} ({time.time() - t0:.1f}s)", flush=True)
+            domain = _dataset_domain(seal)
+            path = resolve_model(str(seal.get("model", "smollm2-135m")), domain=domain)
+            warm = WarmStartConfig(**dict(seal.get("warm_start", {}) or {}))
+            if warm.steps > 0:
+                path = warm_started_model(path, domain, warm)
+            print(f"[seal] model: {path}", flush=True)
             cfg.actor_rollout_ref.model.path = str(path)
         if "auto" in (str(cfg.data.train_files), str(cfg.data.val_files)):
             from seal_trainer.data import write_domain_dataset
@@ -78,13 +90,19 @@ def resolve_auto(cfg) -> None:
             ds = seal.get("dataset", {}) or {}
             out = ds.get("out_dir", "auto")
             out = Path(cfg.trainer.default_local_dir) / "data" if out in (None, "auto") else Path(out)
-            train, val = write_domain_dataset(str(ds.get("domain", "shop")), out, n_train=ds.get("n_train"),
+            train, val = write_domain_dataset(_dataset_domain(seal), out, n_train=ds.get("n_train"),
                                               n_val=ds.get("n_val"), sandbox=(seal.get("env", {}) or {}).get("sandbox"),
                                               env_id=ds.get("env_id"))
             if str(cfg.data.train_files) == "auto":
                 cfg.data.train_files = str(train.resolve())
             if str(cfg.data.val_files) == "auto":
                 cfg.data.val_files = str(val.resolve())
+
+
+def _dataset_domain(seal) -> str:
+    """``seal.dataset.domain``, else the env's domain: one key is enough to switch domains."""
+    ds = seal.get("dataset", {}) or {}
+    return str(ds.get("domain") or (seal.get("env", {}) or {}).get("domain") or "shop")
 
 
 def launch(cfg) -> None:
@@ -104,31 +122,111 @@ def launch(cfg) -> None:
     run_ppo(cfg, task_runner_class=SealTaskRunner)
 
 
+def _check_sandbox_backend(cfg) -> None:
+    """Fail before minutes of model preparation when the Docker daemon the envs need is not there."""
+    sandbox = str(((cfg.get("seal", {}) or {}).get("env", {}) or {}).get("sandbox") or "docker")
+    if sandbox != "docker":
+        return
+    from seal_envs.sandbox.docker import docker_client
+    from seal_envs.sandbox.base import SandboxError
+
+    try:
+        docker_client().ping()
+    except SandboxError as exc:
+        raise SystemExit(f"seal-train: the tools run in Docker (seal.env.sandbox=docker) but {exc}\n"
+                         "Run it as `bash scripts/with-docker.sh seal-train ...` (starts a private daemon), or pass "
+                         "seal.env.sandbox=inprocess to run the tools in-process.") from None
+
+
+def _quiet_imports() -> None:
+    """Hide what importing verl says about optional engines and accelerators it does not find: harmless here."""
+    import warnings
+
+    from seal_trainer import cpu as cpu_mod
+
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+    os.environ.setdefault("VERL_LOGGING_LEVEL", "WARN")
+    if not cpu_mod.gpu_available():
+        cpu_mod.activate()  # verl then takes the CPU platform instead of warning that no accelerator is there
+
+
+# Ray prefixes forwarded lines with "(ActorName pid=123)" and colour codes
+_RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*m)*\s*")
+
+
+def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
+    """Train in a child process; everything it prints goes to ``log_path``, SEAL's lines also to the console."""
+    cmd = [sys.executable, "-m", "seal_trainer.cli", "--run-resolved", str(config_path)]
+    with open(log_path, "w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                      text=True, errors="replace", bufsize=1) as child:
+        try:
+            for line in child.stdout:
+                log.write(line)
+                text = _RAY_PREFIX.sub("", line)
+                if verbose:
+                    sys.stdout.write(line)
+                elif text.startswith("[seal]"):
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            child.terminate()
+            raise
+        return child.wait()
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-n:])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seal-train", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="SEAL yaml (name or path); default: seal_cpu")
     parser.add_argument("--print-config", action="store_true", help="print the composed config and exit")
     parser.add_argument("--cpu", action="store_true", default=None, help="force the CPU shims")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the whole output of verl and Ray")
+    parser.add_argument("--run-resolved", type=Path, help=argparse.SUPPRESS)  # the child: train from a resolved yaml
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
     args = parser.parse_args(argv)
+    if args.run_resolved:
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(args.run_resolved)
+        launch(cfg)
+        return 0
     if not (os.environ.get("CUDA_VISIBLE_DEVICES") or "").strip() and args.cpu:
         os.environ["VERL_PLATFORM"] = "cpu"
+    if not args.verbose:
+        _quiet_imports()
     cfg = compose(args.config, args.overrides, cpu=args.cpu)
-    if str(cfg.trainer.device) == "cpu":
-        from seal_trainer import cpu as cpu_mod
-
-        cpu_mod.activate()  # before verl's platform singleton is created in this process
     if args.print_config:
         from omegaconf import OmegaConf
 
         print(OmegaConf.to_yaml(cfg))
         return 0
-    resolve_auto(cfg)
     t0 = time.time()
-    launch(cfg)
-    print(f"[seal] training finished in {time.time() - t0:.1f}s; per-step log: "
-          f"{Path(cfg.trainer.default_local_dir) / 'seal_steps.jsonl'}", flush=True)
+    _check_sandbox_backend(cfg)
+    resolve_auto(cfg)
+    from omegaconf import OmegaConf
+
+    run_dir = Path(cfg.trainer.default_local_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path, log_path = run_dir / "config.yaml", run_dir / "train.log"
+    OmegaConf.save(cfg, config_path)
+    print(f"[seal] training {cfg.trainer.total_training_steps} step(s); verl/Ray output: {log_path}", flush=True)
+    code = run_child(config_path, log_path, args.verbose)
+    if code != 0:
+        print(f"[seal] training failed (exit {code}); last lines of {log_path}:\n{_tail(log_path)}", file=sys.stderr)
+        return code
+    from seal_trainer.report import plot_run, summary
+
+    steps_log = Path((cfg.get("seal", {}) or {}).get("log_path") or run_dir / "seal_steps.jsonl")
+    if steps_log.exists():
+        png = plot_run(steps_log, run_dir / "training.png", title=f"seal-train {cfg.trainer.experiment_name}: "
+                       f"{Path(str(cfg.actor_rollout_ref.model.path)).name}, {time.strftime('%Y-%m-%d')}")
+        heldout = " -> ".join(f"{v:.3f} (step {s})" for s, v in summary(steps_log)["heldout"]) or "not run"
+        print(f"[seal] held-out success: {heldout}; plot {png}", flush=True)
+    print(f"[seal] done in {time.time() - t0:.0f} s; run folder {run_dir}", flush=True)
     return 0
 
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from seal_trainer.advantage import ReweightConfig
+from seal_trainer.warm_start import WarmStartConfig
 
 ABLATIONS: dict[str, dict[str, bool]] = {
     "full": dict(interface_evolution=True, reweighting=True, closed_loop_update=True),
@@ -42,6 +43,8 @@ class EnvDefaults:
 
 @dataclass
 class SealConfig:
+    model: str = "smollm2-135m"  # used where actor_rollout_ref.model.path=auto (seal_trainer.models)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     ablation: str = "full"
     interface_evolution: bool | None = None
     closed_loop_update: bool | None = None
@@ -80,8 +83,9 @@ def seal_config_from(cfg: Any) -> SealConfig:
     doc = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     rw = ReweightConfig(**(doc.pop("reweighting", None) or {}))
     env = EnvDefaults(**(doc.pop("env", None) or {}))
+    warm = WarmStartConfig(**(doc.pop("warm_start", None) or {}))
     known = {f for f in SealConfig.__dataclass_fields__}
-    return SealConfig(reweighting=rw, env=env, **{k: v for k, v in doc.items() if k in known})
+    return SealConfig(reweighting=rw, env=env, warm_start=warm, **{k: v for k, v in doc.items() if k in known})
 
 
 __all__ = ["ABLATIONS", "EnvDefaults", "SealConfig", "seal_config_from"]

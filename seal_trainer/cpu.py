@@ -13,7 +13,7 @@ is harmless anywhere:
 ``activate()`` turns CPU mode on for this process and the Ray workers it starts: ``VERL_PLATFORM=cpu``,
 ``VERL_ENGINE_DEVICE=cuda`` (verl's FSDP engine is registered for ``cuda`` only; it runs on CPU tensors
 here), and ``cpu_overrides()`` gives the config changes: FSDP2 with ``attn_implementation=sdpa``, one fake
-Ray GPU (``ray_init.num_gpus=1``) so placement groups resolve, ``num_cpus=16``, one TransferQueue storage
+Ray GPU (``ray_init.num_gpus=1``) so placement groups resolve, the core count (at least 8 slots), one TransferQueue storage
 unit, the ``hf`` rollout, no torch.compile, float32.
 """
 
@@ -29,11 +29,15 @@ from typing import Any
 
 import torch
 
+from seal_envs.prefix_cache import PrefixCache
+
 logger = logging.getLogger(__name__)
 
 CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "TOKENIZERS_PARALLELISM": "false",
-           "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": "2"}
+           "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
 
+
+RAY_MIN_CPU_SLOTS = 8
 
 FP32_COMPUTE = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 
@@ -49,8 +53,14 @@ def activate() -> dict[str, str]:
     return dict(CPU_ENV)
 
 
-def cpu_overrides(num_cpus: int = 16) -> list[str]:
-    """Hydra overrides that make verl's ppo_trainer config run on CPU (see DESIGN.md section 2)."""
+def cpu_overrides(num_cpus: int | None = None) -> list[str]:
+    """Hydra overrides that make verl's ppo_trainer config run on CPU (see DESIGN.md section 2).
+
+    Ray gets the machine's core count (``num_cpus``, default ``os.cpu_count()``), but at least
+    ``RAY_MIN_CPU_SLOTS``: Ray's CPUs are scheduling slots, and verl's actors reserve more than two (a placement
+    group bundle of 3 for the colocated workers, the task runner, TransferQueue's controller and storage);
+    with fewer, placement never resolves and the run hangs. Torch threads are set by ``OMP_NUM_THREADS``."""
+    num_cpus = max(num_cpus or os.cpu_count() or 1, RAY_MIN_CPU_SLOTS)
     env = ",".join(f"{k}:'{v}'" for k, v in CPU_ENV.items())
     return [
         "trainer.device=cpu",
@@ -58,6 +68,7 @@ def cpu_overrides(num_cpus: int = 16) -> list[str]:
         "trainer.nnodes=1",
         f"+ray_kwargs.ray_init.num_gpus=1",
         f"ray_kwargs.ray_init.num_cpus={num_cpus}",
+        "+ray_kwargs.ray_init.include_dashboard=False",  # its nine processes hold about 1 GB
         f"+ray_kwargs.ray_init.runtime_env.env_vars={{{env}}}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.rollout.name=hf",
@@ -258,10 +269,10 @@ class HFRolloutServerImpl:
     """
 
     def __init__(self, model_path: str, response_length: int, dtype: str = "float32", seed: int = 0,
-                 num_threads: int = 2):
+                 num_threads: int | None = None, prefix_caching: bool = True):
         from transformers import AutoModelForCausalLM
 
-        torch.set_num_threads(num_threads)
+        torch.set_num_threads(num_threads or os.cpu_count() or 1)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype),
                                                           attn_implementation="sdpa")
         self.model.eval()
@@ -274,6 +285,8 @@ class HFRolloutServerImpl:
         self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         self.pad_id = (gen.pad_token_id if gen is not None else None) or 0
         self.calls = 0
+        self.prefix_cache = PrefixCache() if prefix_caching else None
+        self.prefill_tokens = self.reused_tokens = 0
 
     def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
         from verl.workers.rollout.replica import TokenOutput
@@ -292,8 +305,14 @@ class HFRolloutServerImpl:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with self._lock, torch.no_grad():
             ids = torch.tensor([prompt_ids], dtype=torch.long)
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+            reused, cache = self.prefix_cache.lookup(prompt_ids) if self.prefix_cache else (0, None)
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+                                      **kwargs)
             new = out.sequences[0, ids.shape[1]:].tolist()
+            if self.prefix_cache is not None:
+                self.prefix_cache.store(out.sequences[0].tolist(), out.past_key_values)
+            self.prefill_tokens += len(prompt_ids) - reused
+            self.reused_tokens += reused
             logprobs = None
             if sampling_params.get("logprobs"):
                 scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
@@ -311,6 +330,8 @@ class HFRolloutServerImpl:
     def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
         with self._lock:
             missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
             if getattr(self.model.config, "tie_word_embeddings", False):
                 self.model.tie_weights()
         if global_steps is not None:
@@ -329,7 +350,8 @@ class HFRolloutServerImpl:
     async def stop_profile(self): return None
 
     def stats(self) -> dict[str, int]:
-        return {"calls": self.calls, "global_steps": self.global_steps}
+        return {"calls": self.calls, "global_steps": self.global_steps, "prefill_tokens": self.prefill_tokens,
+                "reused_tokens": self.reused_tokens}
 
 
 def _register_rollout() -> None:
@@ -376,7 +398,8 @@ def _replica_classes():
             server_cls = ray.remote(HFRolloutServerImpl)
             self._server_handle = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
                                                      lifetime=None).remote(
-                _model_path(self.model_config), self.config.response_length, "float32", self.config.seed)
+                _model_path(self.model_config), self.config.response_length, "float32", self.config.seed,
+                prefix_caching=bool(self.config.enable_prefix_caching))
             await self._server_handle.stats.remote()
             self._server_address = f"hf-rollout-{self.replica_rank}"
             self.servers = [self._server_handle]

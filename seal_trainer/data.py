@@ -73,16 +73,26 @@ def write_domain_dataset(domain: str, out_dir: str | Path, *, n_train: int | Non
     from seal_envs.task import load_tasks
 
     spec = load_domain(domain)
+    out = Path(out_dir)
+    common = dict(domain=domain, sandbox=sandbox, env_id=env_id)
     if spec.task_splits and not tasks_path:  # the domain's own fixed split (e.g. BFCL's split.json)
         train, val = list(spec.split_tasks("train")), list(spec.split_tasks("eval"))
         train = split_tasks(train, n_train, None)[0] if n_train else train  # n per split, spread over categories
         val = split_tasks(val, n_val, None)[0] if n_val else val
+        if not env_id:  # no registered env decides the tasks: the rows name a tasks file written beside them
+            return (_write_split(train, out, "train", common), _write_split(val, out, "val", common))
     else:
         train, val = split_tasks(load_tasks(tasks_path or spec.root), n_train, n_val)
-    out = Path(out_dir)
-    common = dict(domain=domain, sandbox=sandbox, env_id=env_id, tasks_path=tasks_path)
-    return (write_rows(task_rows(train, mode="train", **common), out / "train.parquet"),
-            write_rows(task_rows(val, mode="eval", seed=10_000, **common), out / "val.parquet"))
+    return (write_rows(task_rows(train, mode="train", tasks_path=tasks_path, **common), out / "train.parquet"),
+            write_rows(task_rows(val, mode="eval", seed=10_000, tasks_path=tasks_path, **common), out / "val.parquet"))
+
+
+def _write_split(tasks: list[Any], out: Path, name: str, common: dict[str, Any]) -> Path:
+    from seal_envs.task import write_tasks
+
+    path = str(write_tasks(tasks, out / f"{name}_tasks.json").resolve())
+    mode, seed = ("train", 0) if name == "train" else ("eval", 10_000)
+    return write_rows(task_rows(tasks, mode=mode, seed=seed, tasks_path=path, **common), out / f"{name}.parquet")
 
 
 __all__ = ["split_tasks", "task_rows", "write_domain_dataset", "write_rows"]

@@ -7,9 +7,8 @@
 - the tokenizer is a byte-level BPE trained with ``tokenizers`` on text we generate here (the bundled tool
   domains' schemas, their tasks' user turns and Hermes ``<tool_call>`` blocks of their ground truth), with
   ChatML special tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``);
-- the chat template is ChatML in the Qwen2.5 layout: tools are listed in the system message inside
-  ``<tools></tools>``, assistant ``tool_calls`` render as ``<tool_call>{json}</tool_call>``, tool results as a
-  user turn with ``<tool_response>`` blocks, so verl's Qwen continuous-token builder applies unchanged;
+- the chat template is ``seal_envs.tool_template.HERMES_TOOL_TEMPLATE`` (ChatML, tools in the system
+  message), so verl's Qwen continuous-token builder applies unchanged;
 - the model is a randomly initialised ``Qwen2ForCausalLM`` of a few hundred thousand parameters. With
   ``warm_start_steps > 0`` it is first fitted for that many SFT steps on the domains' executed ground truth
   (``seal_trainer.warm_start``), so that it emits well-formed tool calls and the RL signal is not all-zero.
@@ -28,50 +27,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-RECIPE_VERSION = 2
+from seal_envs.tool_template import HERMES_TOOL_TEMPLATE, render_chat
+
+RECIPE_VERSION = 3
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EXTRA_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>", "</tools>"]
-
-# ChatML with Qwen2.5-style tool rendering, written for this project.
-CHAT_TEMPLATE = (
-    "{%- set sys_text = '' -%}"
-    "{%- if messages and messages[0]['role'] == 'system' -%}{%- set sys_text = messages[0]['content'] -%}{%- endif -%}"
-    "{%- if tools -%}"
-    "{{- '<|im_start|>system\\n' -}}"
-    "{%- if sys_text -%}{{- sys_text + '\\n\\n' -}}{%- endif -%}"
-    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' -}}"
-    "{%- for tool in tools -%}{{- '\\n' -}}{{- tool | tojson -}}{%- endfor -%}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}"
-    "\\n</tool_call><|im_end|>\\n' -}}"
-    "{%- elif sys_text -%}"
-    "{{- '<|im_start|>system\\n' + sys_text + '<|im_end|>\\n' -}}"
-    "{%- endif -%}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' and loop.first -%}"
-    "{%- elif message['role'] == 'user' or message['role'] == 'system' -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
-    "{%- elif message['role'] == 'assistant' -%}"
-    "{{- '<|im_start|>assistant' -}}"
-    "{%- if message['content'] -%}{{- '\\n' + message['content'] -}}{%- endif -%}"
-    "{%- for tc in message.get('tool_calls') or [] -%}"
-    "{%- set fn = tc['function'] if tc['function'] is defined else tc -%}"
-    "{{- '\\n' -}}"
-    "{%- set args = fn['arguments'] -%}"
-    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' -}}"
-    "{%- if args is string -%}{{- args -}}{%- else -%}{{- args | tojson -}}{%- endif -%}"
-    "{{- '}\\n</tool_call>' -}}"
-    "{%- endfor -%}"
-    "{{- '<|im_end|>\\n' -}}"
-    "{%- elif message['role'] == 'tool' -%}"
-    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
-    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' -}}"
-    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
-)
 
 DEFAULT_MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, max_position_embeddings=8192)
@@ -118,20 +78,9 @@ def _corpus(domains: Sequence[str], seed: int) -> list[str]:
     return chats
 
 
-def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                add_generation_prompt: bool = False) -> str:
-    """Render with CHAT_TEMPLATE without a tokenizer (used to build the training corpus)."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
-    return env.from_string(CHAT_TEMPLATE).render(messages=messages, tools=tools,
-                                                 add_generation_prompt=add_generation_prompt)
-
-
 def _recipe(domains: Sequence[str], vocab_size: int, seed: int, warm_start_steps: int, model: dict) -> str:
     doc = {"v": RECIPE_VERSION, "domains": list(domains), "vocab": vocab_size, "seed": seed,
-           "warm": warm_start_steps, "model": model, "template": CHAT_TEMPLATE}
+           "warm": warm_start_steps, "model": model, "template": HERMES_TOOL_TEMPLATE}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -150,7 +99,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
                                    additional_special_tokens=SPECIAL_TOKENS[1:], model_max_length=32768,
                                    clean_up_tokenization_spaces=False)
     fast.add_tokens(EXTRA_TOKENS)  # normal (not special) tokens: they survive skip_special_tokens
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = HERMES_TOOL_TEMPLATE
     return fast
 
 
@@ -211,4 +160,4 @@ def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] =
     return path
 
 
-__all__ = ["CHAT_TEMPLATE", "build_tiny_model", "build_tokenizer", "default_cache_dir", "render_chat"]
+__all__ = ["build_tiny_model", "build_tokenizer", "default_cache_dir"]

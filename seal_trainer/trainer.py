@@ -11,6 +11,8 @@ Registered as V1 trainer mode ``seal_sync`` (``trainer.v1.trainer_mode=seal_sync
   profile, evolves the interface and publishes it to every agent-loop worker.
 - per step it logs (metrics ``seal/*`` and one JSON line in ``seal.log_path``): failure profile, interface
   state, label distribution, w statistics, infrastructure-failure count; prints a one-line summary.
+- validation (eval-mode rows, the original interface): each result is printed as one ``[seal] held-out``
+  line and appended to the same JSONL log, so ``seal-train``'s plot needs nothing else.
 - checkpoints: ``seal_state.json`` (interface state, closed-loop window, dynamic rho) is saved in each
   ``global_step_N`` folder and restored on resume.
 
@@ -138,6 +140,10 @@ class SealPPOTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ closed loop
 
+    def on_train_begin(self):
+        super().on_train_begin()
+        self._step_started = time.time()
+
     def on_step_end(self):
         super().on_step_end()
         before = self.closed_loop.interface
@@ -149,20 +155,38 @@ class SealPPOTrainer(PPOTrainerSync):
         }
         self._seal_pending = {"seal/interface_changed": float(changed),
                               "seal/interface_version_next": float(state.version)}
+        self._log(record)
+        if self.seal.print_steps:
+            s = self._seal_step
+            labels = " ".join(f"{k}={v:.2f}" for k, v in (s.get("labels") or {}).items()) or "-"
+            w = s.get("w") or {}
+            now = time.time()
+            took = f" ({now - self._step_started:.0f} s)" if getattr(self, "_step_started", None) else ""
+            self._step_started = now
+            reward = s.get("reward_mean")
+            print(f"[seal] step {self.global_steps}/{self.total_training_steps}{took}: reward "
+                  f"{reward if reward is None else f'{reward:.3f}'} | w mean {w.get('w/mean', 1):.2f} "
+                  f"[{w.get('w/min', 1):.2f}, {w.get('w/max', 1):.2f}] | infra {s.get('infrastructure_errors', 0)} | "
+                  f"interface {interface_summary(before)} -> {interface_summary(state)} | labels {labels}", flush=True)
+
+    def _log(self, record: dict[str, Any]) -> None:
         try:
             self.seal_log_path.parent.mkdir(parents=True, exist_ok=True)
             with self.seal_log_path.open("a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
         except OSError:
             logger.warning("could not write %s", self.seal_log_path, exc_info=True)
-        if self.seal.print_steps:
-            s = self._seal_step
-            labels = ", ".join(f"{k}={v:.2f}" for k, v in (s.get("labels") or {}).items()) or "-"
-            w = s.get("w") or {}
-            print(f"[seal] step {self.global_steps}: reward={s.get('reward_mean')} "
-                  f"w(mean/min/max)={w.get('w/mean', 1):.3f}/{w.get('w/min', 1):.3f}/{w.get('w/max', 1):.3f} "
-                  f"labels: {labels} | infra={s.get('infrastructure_errors', 0)} | interface "
-                  f"{interface_summary(before)} -> {interface_summary(state)}", flush=True)
+
+    def _validate(self) -> dict[str, float]:
+        metrics = super()._validate()
+        success = [float(v) for k, v in metrics.items() if k.startswith("val-core/") and "/reward/mean@" in k]
+        value = float(np.mean(success)) if success else float("nan")
+        self._log({"step": self.global_steps, "time": time.time(), "validation": {
+            "success": value, "tasks": len(self.val_dataset),
+            "metrics": {k: float(v) for k, v in metrics.items() if k.startswith("val-core/")}}})
+        print(f"[seal] held-out success after {self.global_steps} step(s): {value:.3f} on {len(self.val_dataset)} "
+              f"tasks (eval mode, original interface, greedy)", flush=True)
+        return metrics
 
     def _consume_sync_metrics(self) -> dict:
         metrics = super()._consume_sync_metrics()

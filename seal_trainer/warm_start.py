@@ -11,16 +11,21 @@ domain's own ground truth fixes that for small models:
    message was generated (one sequence per distinct tool list: miss_func turns add tools), with labels only on
    assistant content and the end-of-message token; tool lists, user turns and tool outputs get -100.
 3. ``train`` fits a causal LM on those sequences (AdamW, batch 1, cosine schedule with warmup).
+
+``warm_started_model`` runs the three on a Hugging Face folder and caches the result by recipe: the trainer's
+``seal.warm_start`` block (``WarmStartConfig``) selects it for ``seal-train``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 ANSWER_TEXT = "Here is what I found: {}."
@@ -163,5 +168,76 @@ def train(model, examples: Sequence[dict[str, Any]], steps: int, lr: float = 2e-
     return history
 
 
-__all__ = ["Demonstration", "mean_loss", "record_demonstrations", "render_examples", "supervised_text", "train",
+@dataclass
+class WarmStartConfig:
+    """``seal.warm_start``: SFT on ``demonstrations`` tasks of the domain's ``split`` before RL (0 steps: none)."""
+
+    steps: int = 0
+    lr: float = 5e-5
+    demonstrations: int = 120
+    split: str = "sft"  # one of the domain's task_splits; "" for its tasks.json
+    warmup: int = 8
+    seed: int = 0
+
+
+def _recipe(base: Path, domain: str, config: WarmStartConfig) -> str:
+    marker = base / "seal_recipe.json"
+    base_id = marker.read_text() if marker.exists() else str(base.resolve())
+    doc = {"base": base_id, "domain": domain, "config": asdict(config), "v": 1}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _demonstration_tasks(domain: str, config: WarmStartConfig) -> list[Any]:
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks
+
+    spec = load_domain(domain)
+    tasks = list(spec.split_tasks(config.split) if config.split else load_tasks(spec.root))
+    if not tasks:
+        raise ValueError(f"the warm start found no tasks in domain {domain!r} (split {config.split!r})")
+    return tasks[: config.demonstrations]
+
+
+def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, out: str | Path | None = None) -> Path:
+    """``base`` fitted on executed demonstrations of ``domain``; cached beside ``base`` by recipe hash.
+
+    The folder holds the model, the tokenizer (with a tool-rendering chat template, see
+    ``seal_envs.tool_template``) and ``warm_start.json`` (config, loss history, time).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from seal_envs.tool_template import ensure_tool_template
+
+    base = Path(base)
+    recipe = _recipe(base, domain, config)
+    out = Path(out) if out is not None else base.with_name(f"{base.name}-ws-{recipe}")
+    marker = out / "seal_recipe.json"
+    if marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
+        return out
+    t0 = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    ensure_tool_template(tokenizer, base.name)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    demos = record_demonstrations(_demonstration_tasks(domain, config), domain)
+    examples = [e for d in demos for e in render_examples(tokenizer, d)]
+    print(f"[seal] warm start of {base.name}: {config.steps} SFT steps on {len(examples)} sequences from "
+          f"{len(demos)} executed {domain} demonstrations", flush=True)
+    history = train(model, examples, config.steps, lr=config.lr, seed=config.seed, warmup=config.warmup)
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "warm_start.json").write_text(json.dumps({"config": asdict(config), "domain": domain, "base": str(base),
+                                                     "sequences": len(examples), "loss": history,
+                                                     "time_s": round(time.time() - t0, 1)}, indent=1))
+    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": recipe, "base": str(base)}))
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+__all__ = ["Demonstration", "WarmStartConfig", "warm_started_model", "mean_loss", "record_demonstrations", "render_examples", "supervised_text", "train",
            "turn_answer"]

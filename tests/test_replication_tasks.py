@@ -1,4 +1,4 @@
-"""The replication benchmark's procedural shop tasks (benchmarks/replication/synthetic.py).
+"""The shop domain's procedural tasks (tool_specs/shop/synthetic.py) and its fixed splits.
 
 Generated tasks are valid (each one's executed ground truth earns reward 1 from the env's verifier), cover the
 three categories with their semantics, and sets drawn with different seeds are disjoint and reproducible.
@@ -6,16 +6,10 @@ three categories with their semantics, and sets drawn with different seeds are d
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from seal_trainer import warm_start as sft
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "replication"))
-
-import synthetic  # noqa: E402
+from tool_specs.shop import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +34,15 @@ def test_sets_with_different_seeds_are_disjoint_and_deterministic():
     b = synthetic.generate(40, seed=2, prefix="b", exclude={synthetic.fingerprint(d) for d in a})
     assert not {synthetic.fingerprint(d) for d in a} & {synthetic.fingerprint(d) for d in b}
     assert synthetic.generate(40, seed=3, prefix="a") == a
+
+
+def test_the_shop_domain_declares_disjoint_fixed_splits():
+    from seal_envs.spec import load_domain
+
+    domain = load_domain("shop")
+    splits = {name: domain.split_tasks(name) for name in ("eval", "train", "sft")}
+    assert {k: len(v) for k, v in splits.items()} == {"eval": 24, "train": 32, "sft": 400}
+    prints = {k: {synthetic.fingerprint(d) for d in synthetic.split_documents(k)} for k in splits}
+    assert not prints["eval"] & prints["train"] and not prints["eval"] & prints["sft"]
+    assert not prints["train"] & prints["sft"]
+    assert all(t.domain == "shop" for v in splits.values() for t in v)

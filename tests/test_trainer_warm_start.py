@@ -110,3 +110,28 @@ def test_training_prompts_are_the_prompts_the_policy_sees(tiny, demos):
                                                  add_generation_prompt=True)
                 prompt = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
                 assert example["input_ids"][:k] == list(prompt)
+
+
+def test_warm_started_model_is_cached_by_recipe(tiny, tmp_path):
+    import json
+
+    base = tmp_path / "base"
+    import shutil
+
+    shutil.copytree(tiny, base)
+    config = sft.WarmStartConfig(steps=4, demonstrations=3, lr=1e-3)
+    out = sft.warm_started_model(base, "shop", config)
+    log = json.loads((out / "warm_start.json").read_text())
+    assert log["config"]["steps"] == 4 and log["loss"][-1]["step"] == 4 and log["domain"] == "shop"
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert sft.warm_started_model(base, "shop", config) == out  # cached: nothing retrained
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    other = sft.warm_started_model(base, "shop", sft.WarmStartConfig(steps=2, demonstrations=3, lr=1e-3))
+    assert other != out
+
+
+def test_an_unknown_model_names_the_choices():
+    from seal_trainer.models import resolve_model
+
+    with pytest.raises(FileNotFoundError, match="smollm2-135m, tiny"):
+        resolve_model("no-such-model")

@@ -1,7 +1,7 @@
 """Shared pieces of the replication benchmark: the task sets, paths, small helpers.
 
-Task sets (``task_set``): three disjoint sets drawn from the procedural generator in ``synthetic.py`` with
-fixed seeds, written to ``results/tasks/<name>.json`` (deterministic, rebuilt when missing):
+Task sets (``task_set``): the shop domain's three fixed procedural splits (``tool_specs/shop/synthetic.py``),
+written to ``results/tasks/<name>.json`` (deterministic, rebuilt when missing):
 
 - ``sft``: 400 tasks whose executed ground truth is the warm start's demonstrations;
 - ``train``: 32 tasks the RL arms train on (never in the warm start);
@@ -25,24 +25,19 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RESULTS = HERE / "results"
 DOMAIN = "shop"
-TASK_SETS: dict[str, tuple[int, int]] = {"heldout": (3, 24), "train": (2, 32), "sft": (1, 400)}  # name -> (seed, n)
+TASK_SETS = {"heldout": "eval", "train": "train", "sft": "sft"}  # set name -> the shop domain's split
 
 
 def task_set_path(name: str) -> Path:
     """``results/tasks/<name>.json`` for a synthetic set (generated, disjoint from the sets before it)."""
-    out = RESULTS / "tasks"
     if name not in TASK_SETS:
         raise KeyError(f"unknown task set {name!r}; choose from {sorted(TASK_SETS)} or 'bundled'")
-    paths = {n: out / f"{n}.json" for n in TASK_SETS}
-    if not all(p.exists() for p in paths.values()):
-        import synthetic
+    path = RESULTS / "tasks" / f"{name}.json"
+    if not path.exists():
+        from tool_specs.shop import synthetic
 
-        seen: set[str] = set()
-        for n, (seed, size) in TASK_SETS.items():  # heldout first: the later sets exclude its tasks
-            docs = synthetic.generate(size, seed, prefix=n, exclude=seen)
-            seen |= {synthetic.fingerprint(d) for d in docs}
-            synthetic.write_tasks(docs, paths[n])
-    return paths[name]
+        synthetic.write_tasks(list(synthetic.split_documents(TASK_SETS[name])), path)
+    return path
 
 
 def task_set(name: str):

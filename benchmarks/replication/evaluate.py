@@ -27,26 +27,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DOMAIN, set_threads, task_set, write_json  # noqa: E402
 
 
-def make_policy(model_path, max_new_tokens: int):
-    """``HFPolicy`` from ``seal_envs.evaluation`` with greedy decoding on the CPU."""
+def make_policy(model_path, max_new_tokens: int, temperature: float = 0.0):
+    """``HFPolicy`` from ``seal_envs.evaluation`` on the CPU (greedy at temperature 0)."""
     from seal_envs.evaluation.policies import HFConfig, HFPolicy
 
-    return HFPolicy(HFConfig(model_path=str(model_path), max_new_tokens=max_new_tokens, temperature=0.0,
+    return HFPolicy(HFConfig(model_path=str(model_path), max_new_tokens=max_new_tokens, temperature=temperature,
                              device="cpu"))
 
 
 def evaluate(model_path: str | Path, tasks, *, max_steps_per_turn: int = 4, max_new_tokens: int = 160,
-             sandbox: str = "inprocess", verbose: bool = True) -> dict[str, Any]:
+             sandbox: str = "inprocess", verbose: bool = True, temperature: float = 0.0,
+             samples: int = 1, seed: int = 0) -> dict[str, Any]:
+    """Run every task ``samples`` times; with ``samples > 1`` also the share of GRPO-like groups (the samples
+    of one task) that hold both a success and a failure, i.e. would carry a non-zero advantage."""
+    import torch
+
     from seal_envs.env import ToolUseEnv
     from seal_envs.evaluation.runner import run_episode
 
     tasks = list(tasks)
     t0 = time.time()
-    policy = make_policy(model_path, max_new_tokens)
+    torch.manual_seed(seed)
+    policy = make_policy(model_path, max_new_tokens, temperature)
     env = ToolUseEnv(domain=DOMAIN, tasks=tasks, mode="eval", sandbox=sandbox, max_steps_per_turn=max_steps_per_turn)
     records = []
     try:
-        for task in tasks:
+        for task in [t for t in tasks for _ in range(samples)]:
             rec = run_episode(env, policy, task)
             records.append(rec)
             if verbose:
@@ -69,16 +75,28 @@ def evaluate(model_path: str | Path, tasks, *, max_steps_per_turn: int = 4, max_
         "infrastructure_errors": sum(r.infrastructure_error for r in records),
         "max_steps_per_turn": max_steps_per_turn,
         "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "samples": samples,
+        "informative_groups": _informative_groups(records) if samples > 1 else None,
         "time_s": time.time() - t0,
         "episodes": [r.to_json() for r in records],
     }
     return summary
 
 
+def _informative_groups(records) -> float:
+    groups: dict[str, set[bool]] = {}
+    for r in records:
+        groups.setdefault(r.task_id, set()).add(bool(r.passed))
+    return sum(len(v) == 2 for v in groups.values()) / max(1, len(groups))
+
+
 def print_summary(s: dict[str, Any]) -> None:
     print(f"model: {s['model']}")
     print(f"success on {s.get('set', '?')}: {s['success_rate']:.3f} ({round(s['success_rate'] * s['n_tasks'])}/{s['n_tasks']}); "
           f"turn pass rate {s['turn_pass_rate']:.3f}; per category {s['per_category']}; {s['time_s']:.0f}s")
+    if s.get("informative_groups") is not None:
+        print(f"groups with both a success and a failure (non-zero GRPO advantage): {s['informative_groups']:.3f}")
     print("label distribution: " + ", ".join(f"{k}={v:.2f}" for k, v in s["label_distribution"].items()))
 
 
@@ -90,12 +108,21 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--set", default="heldout", choices=["heldout", "train", "sft", "bundled"],
                    help="task set (common.py); default: the held-out synthetic tasks")
-    p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the set")
+    p.add_argument("--limit", type=int, default=None,
+                   help="N tasks spread over the categories, picked as seal-train picks its n_val tasks")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the eval setting)")
+    p.add_argument("--samples", type=int, default=1, help="episodes per task (a GRPO group's size)")
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     set_threads(args.threads)
-    tasks = task_set(args.set)[: args.limit]
-    s = evaluate(args.model, tasks, max_steps_per_turn=args.max_steps_per_turn, max_new_tokens=args.max_new_tokens)
+    tasks = task_set(args.set)
+    if args.limit:
+        from seal_trainer.data import split_tasks
+
+        tasks = split_tasks(tasks, args.limit, None)[0]
+    s = evaluate(args.model, tasks, max_steps_per_turn=args.max_steps_per_turn, max_new_tokens=args.max_new_tokens,
+                 temperature=args.temperature, samples=args.samples, seed=args.seed)
     s["set"] = args.set
     print_summary(s)
     if args.json:

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from seal_envs.parsing import format_tool_call, parse_tool_calls
+from seal_envs.prefix_cache import PrefixCache
 from seal_envs.spaces import Message
 from seal_envs.task import Task, ToolCall
+from seal_envs.tool_template import ensure_tool_template
 
 ABSTAIN_TEXT = "I cannot do that with the available functions; please give me the missing information."
 DONE_TEXT = "Done."
@@ -147,7 +149,9 @@ class HFPolicy:
         self.config = config
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
+        ensure_tool_template(self.tokenizer, config.model_path)
         self.model = AutoModelForCausalLM.from_pretrained(config.model_path).to(self.device).eval()
+        self.prefix_cache = PrefixCache()  # each turn re-sends the conversation; reuse its keys/values
 
     def start(self, task: Task) -> None:
         pass
@@ -162,11 +166,14 @@ class HFPolicy:
         ids = (encoded["input_ids"] if hasattr(encoded, "keys") else encoded).to(self.device)
         sampling = {"do_sample": True, "temperature": self.config.temperature} if self.config.temperature > 0 else {
             "do_sample": False}
+        _, cache = self.prefix_cache.lookup(ids[0].tolist())
         with torch.no_grad():
-            output = self.model.generate(ids, max_new_tokens=self.config.max_new_tokens,
+            output = self.model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+                                         max_new_tokens=self.config.max_new_tokens, return_dict_in_generate=True,
                                          pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
                                          **sampling)
-        new = output[0, ids.shape[1]:].tolist()
+        self.prefix_cache.store(output.sequences[0].tolist(), output.past_key_values)
+        new = output.sequences[0, ids.shape[1]:].tolist()
         stop = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
         while new and new[-1] in stop:
             new.pop()

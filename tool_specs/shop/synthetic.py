@@ -1,8 +1,9 @@
-"""Procedural shop tasks: the synthetic task family of the replication benchmark.
+"""Procedural shop tasks: the shop domain's own task generator and its fixed splits.
 
-A 1M-parameter model cannot learn tool use from the 36 hand-written ``shop`` tasks (it memorises them at best),
-so the warm start, the RL training tasks and the held-out evaluation tasks are all drawn from one generator,
-with disjoint seeds, and the hand-written tasks are kept as an out-of-distribution check.
+36 hand-written tasks are too few to learn tool use from (a model memorises them at best), so the warm start
+(``sft``), the RL training tasks (``train``) and the held-out evaluation tasks (``eval``) are drawn from one
+generator with disjoint seeds; the hand-written ``tasks.json`` stays the out-of-distribution check. The
+domain declares ``split`` as its ``task_splits`` (``tools.json``), so ``seal-train`` and the envs find them.
 
 Each task is a random store state (catalogue, customer, cart, past orders; built with the helpers of
 ``tool_specs/shop/make_tasks.py``) and 2-3 user turns, each one *skill* (look up a product, add to the cart,
@@ -12,13 +13,14 @@ its state and every ``required_response`` is a value from that turn's tool outpu
 withhold a required argument in one turn (the user supplies it next turn); ``miss_func`` tasks withhold the
 turn's tool (the agent must abstain; the next turn adds it), mirroring the bundled categories.
 
-    python benchmarks/replication/synthetic.py --seed 1 --n 400 --out results/tasks_sft.json
+    python tool_specs/shop/synthetic.py --seed 1 --n 400 --out tasks_sft.json
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import random
 import sys
@@ -26,9 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import REPO
-
-SHOP = REPO / "tool_specs" / "shop"
+SHOP = Path(__file__).resolve().parent
 if str(SHOP) not in sys.path:
     sys.path.insert(0, str(SHOP))
 
@@ -259,6 +259,31 @@ def generate(n: int, seed: int, prefix: str, mix=(("base", 0.6), ("miss_param", 
 def fingerprint(doc: dict[str, Any]) -> str:
     """Identity of a task's content (state + turns), to keep train and held-out sets disjoint."""
     return json.dumps([doc["initial_state"], doc["turns"], doc.get("tools")], sort_keys=True)
+
+
+# split -> (seed, size); generated in this order, each set excluding the tasks of the sets before it
+SPLITS: dict[str, tuple[int, int]] = {"eval": (3, 24), "train": (2, 32), "sft": (1, 400)}
+
+
+@functools.cache
+def split_documents(split: str) -> tuple[dict[str, Any], ...]:
+    """The task documents of a fixed split (``eval``, ``train``, ``sft``): deterministic and disjoint."""
+    if split not in SPLITS:
+        raise ValueError(f"the shop domain's splits are {', '.join(SPLITS)}, not {split!r}")
+    seen: set[str] = set()
+    for name, (seed, size) in SPLITS.items():
+        docs = generate(size, seed, prefix="heldout" if name == "eval" else name, exclude=seen)
+        if name == split:
+            return tuple(docs)
+        seen |= {fingerprint(d) for d in docs}
+    raise AssertionError(split)
+
+
+def split(split: str) -> tuple:
+    """``task_splits`` entry point of the shop domain: the ``Task`` objects of a fixed split."""
+    from seal_envs.task import task_from_json
+
+    return tuple(task_from_json(d, "shop") for d in split_documents(split))
 
 
 def write_tasks(tasks: list[dict[str, Any]], path: Path) -> Path:
