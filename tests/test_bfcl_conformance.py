@@ -8,6 +8,7 @@ official checker's on every case. Runs in-process (the whole loop takes seconds)
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def replay(env, task: Task, script) -> tuple[float, bool, list[str]]:
 
 def test_tools_json_is_generated_and_valid():
     out = subprocess.run([sys.executable, str(ROOT / "tool_specs/bfcl/make_specs.py"), "--check"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
     domain = load_domain("bfcl")
     assert len(domain.tools) == 128 and len(set(domain.tool_names)) == 128

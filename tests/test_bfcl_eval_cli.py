@@ -13,7 +13,7 @@ from seal_envs.bfcl import bfcl_tasks, make_env  # noqa: E402
 from seal_envs.evaluation.cli import main  # noqa: E402
 from seal_envs.evaluation.policies import ReplayPolicy, from_openai_message, to_openai_messages  # noqa: E402
 from seal_envs.evaluation.runner import run_episode  # noqa: E402
-from seal_envs.parsing import parse_tool_calls  # noqa: E402
+from seal_envs.parsing import format_tool_call, parse_tool_calls  # noqa: E402
 from seal_envs.task import ToolCall  # noqa: E402
 
 
@@ -67,9 +67,10 @@ def test_backend_exception_and_hallucinated_function_are_diagnosed(env):
     task = bfcl_tasks("all", "base")[0]
     bad = [ToolCall("cd", {"folder": 3, "extra": True}), ToolCall("teleport", {"to": "mars"})]
     env.reset(options={"task_id": task.id})
-    observation, *_ = env.step("\n".join(f'<tool_call>{json.dumps(c.to_json())}</tool_call>' for c in bad))
-    assert "TypeError" in observation[0]["content"] and "extra" in observation[0]["content"]
-    assert "UnknownFunction" in observation[1]["content"] and "teleport" in observation[1]["content"]
+    observation, *_ = env.step("\n".join(format_tool_call(c) for c in bad))
+    assert observation[0]["content"] == ("Error during execution: GorillaFileSystem.cd() got an unexpected keyword "
+                                         "argument 'extra'")
+    assert observation[1]["content"] == "Error during execution: name 'teleport' is not defined"
 
     record = run_episode(env, ReplayPolicy(lambda t: [bad] + [list(x.ground_truth) for x in t.turns[1:]]), task)
     first_turn = record.diagnoses[0]
