@@ -14,21 +14,32 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def canonical_request(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The part of a request that reaches the model, independent of how a client stores ids or names."""
-    return {"messages": [{"role": m["role"], "content": m["content"]} for m in messages], "tools": list(tools)}
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 class RequestLog:
-    """Hashes the requests of one episode as they are made."""
+    """Hashes the requests of one episode as they are made.
+
+    A request hashes as the digests of its messages (role and content only: what reaches the model, however a
+    client stores ids or names) followed by the digest of its tools. A conversation resends every earlier
+    message, so each message's digest is kept (by identity; messages are never edited once sent).
+    """
 
     def __init__(self) -> None:
         self._hash = hashlib.sha256()
+        self._messages: dict[int, tuple[dict[str, Any], str]] = {}
         self.count = 0
 
+    def _message_digest(self, message: dict[str, Any]) -> str:
+        kept = self._messages.get(id(message))
+        if kept is None or kept[0] is not message:
+            kept = self._messages[id(message)] = (message, _digest([message["role"], message["content"]]))
+        return kept[1]
+
     def add(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> None:
-        line = json.dumps(canonical_request(messages, tools), sort_keys=True, ensure_ascii=False)
-        self._hash.update(line.encode() + b"\n")
+        parts = [self._message_digest(m) for m in messages] + ["tools", _digest(list(tools))]
+        self._hash.update(("\n".join(parts) + "\n\n").encode())
         self.count += 1
 
     def hexdigest(self) -> str:
