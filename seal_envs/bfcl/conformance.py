@@ -166,6 +166,13 @@ def extra_tool(task: Task, rng: random.Random, tools: dict) -> Script | None:
     return _as_script(script)
 
 
+def odd_arguments(task: Task, rng: random.Random, tools: dict) -> Script | None:
+    """An extra argument Python cannot take: a name with a space (a SyntaxError in BFCL's ``eval``) or NaN."""
+    extra = rng.choice([{"not a name": 1}, {"value": float("nan")}])
+    return _with_turn(task, rng, lambda calls: [message([ToolCall(c.name, {**c.arguments, **extra}) if i == 0 else c
+                                                         for i, c in enumerate(calls)])])
+
+
 def call_unoffered(task: Task, rng: random.Random, tools: dict) -> Script | None:
     """A miss_func task's missed function called (as its holdout turn will) one turn before it is offered."""
     holdouts = [int(k) for k in task.metadata.get("missed_function", {})]
@@ -244,7 +251,7 @@ def step_cap(task: Task, rng: random.Random, tools: dict) -> Script | None:
 Family = Callable[[Task, random.Random, dict], Script | None]
 FAMILIES: dict[str, Family] = {f.__name__: f for f in (
     ground_truth, one_call_per_step, drop_call, answer_early, reorder_calls, repeat_call, change_argument,
-    float_numbers, nudge_number, number_as_string, extra_tool, call_unoffered, hallucinated_function,
+    float_numbers, nudge_number, number_as_string, odd_arguments, extra_tool, call_unoffered, hallucinated_function,
     spurious_early_call, malformed_first, malformed_alongside, parameters_key, inline_tags, string_arguments,
     think_first, step_cap)}
 """Every family by name."""
