@@ -22,7 +22,8 @@ REJECTED = "BFCL's Qwen/Hermes decoder does not accept this call (it needs a JSO
 
 
 @cache
-def _handler() -> Any:
+def qwen_handler() -> Any:
+    """BFCL's ``QwenFCHandler`` (its decoding methods need no model or server)."""
     from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler
 
     return QwenFCHandler("Qwen/Qwen2.5-7B-Instruct", temperature=0.0, registry_name="seal", is_fc_model=True)
@@ -32,12 +33,12 @@ def model_response(action: str) -> str:
     """The part of a raw completion BFCL decodes (its handler drops reasoning up to ``</think>``)."""
     completion = SimpleNamespace(choices=[SimpleNamespace(text=action)],
                                  usage=SimpleNamespace(prompt_tokens=0, completion_tokens=0))
-    return _handler()._parse_query_response_prompting(completion)["model_responses"]
+    return qwen_handler()._parse_query_response_prompting(completion)["model_responses"]
 
 
 def bfcl_calls(action: str) -> list[ToolCall]:
     """The calls BFCL's handler decodes from a raw completion (empty where it rejects the message)."""
-    handler, text = _handler(), model_response(action)
+    handler, text = qwen_handler(), model_response(action)
     try:
         handler.decode_execute(text, has_tool_call_tag=False)
     except Exception:  # BFCL's loop: "Failed to decode the model response. Proceed to next turn."

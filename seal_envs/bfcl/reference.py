@@ -26,7 +26,7 @@ from bfcl_eval.model_handler.utils import convert_to_tool
 from bfcl_eval.utils import load_dataset_entry
 
 from seal_envs.bfcl.checker import forget_instances, official_verdict
-from seal_envs.bfcl.decoding import _handler, bfcl_calls, model_response
+from seal_envs.bfcl.decoding import bfcl_calls, model_response, qwen_handler
 from seal_envs.evaluation.fingerprint import RequestLog
 from seal_envs.evaluation.policies import Policy
 from seal_envs.task import Task
@@ -53,7 +53,7 @@ class ScriptedHandler(BaseHandler):
         self.turn = -1
 
     def decode_execute(self, result: str, has_tool_call_tag: bool) -> list[str]:
-        return _handler().decode_execute(result, has_tool_call_tag)
+        return qwen_handler().decode_execute(result, has_tool_call_tag)
 
     def _pre_query_processing_FC(self, inference_data: dict, test_entry: dict) -> dict:
         inference_data["message"] = []
