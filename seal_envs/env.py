@@ -72,7 +72,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         tasks: tasks to sample from; default: the ``tasks.json`` next to the (first) domain's spec.
         mode: ``"train"`` (the interface may be mutated) or ``"eval"`` (always the original interface).
         sandbox: where tools run; ``"docker"`` (default, isolated) or ``"inprocess"`` (debugging only).
-        max_steps_per_turn: assistant messages per user turn before the turn is cut off.
+        max_steps_per_turn: tool-calling steps per user turn; the step that reaches it force-quits the episode.
         system_prompt: base system prompt (a task's own prompt wins); None: no system message.
         interface: a starting interface state for training envs (e.g. loaded from a checkpoint).
         protocol: the benchmark's conversation rules (decoding, reachable functions, result wording).
