@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +22,11 @@ from seal_envs.evaluation.policies import ABSTAIN_TEXT, DONE_TEXT
 from seal_envs.evaluation.runner import EpisodeRecord, run_episode
 from seal_envs.parsing import format_tool_call
 from seal_envs.spaces import Message
+from seal_envs.spec.loader import ToolSpec
 from seal_envs.task import Task, ToolCall
 
 Script = list[list[str]]  # per turn, the raw assistant messages before the closing text answer
+Tools = Mapping[str, ToolSpec]
 BROKEN_BLOCK = '<tool_call>\n{"name": "ls", "arguments": {"a": \n</tool_call>'
 
 
@@ -111,52 +113,52 @@ def _with_turn(task: Task, rng: random.Random, edit: Callable[[list[ToolCall]], 
 # ------------------------------------------------------------------------------------------- families
 
 
-def ground_truth(task: Task, rng: random.Random, tools: dict) -> Script:
+def ground_truth(task: Task, rng: random.Random, tools: Tools) -> Script:
     return _as_script(_ground_truth(task))
 
 
-def one_call_per_step(task: Task, rng: random.Random, tools: dict) -> Script:
+def one_call_per_step(task: Task, rng: random.Random, tools: Tools) -> Script:
     return [[message([c]) for c in t.ground_truth] for t in task.turns]
 
 
-def drop_call(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def drop_call(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     def edit(calls: list[ToolCall]) -> list[str]:
         del calls[rng.randrange(len(calls))]
         return [message(calls)] if calls else []
     return _with_turn(task, rng, edit)
 
 
-def answer_early(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def answer_early(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     return _with_turn(task, rng, lambda calls: [message(calls[: rng.randrange(1, len(calls))])], at_least=2)
 
 
-def reorder_calls(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def reorder_calls(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     return _with_turn(task, rng, lambda calls: [message(calls[::-1])], at_least=2)
 
 
-def repeat_call(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def repeat_call(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     return _with_turn(task, rng, lambda calls: [message(calls + [rng.choice(calls)])])
 
 
-def change_argument(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def change_argument(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     return _with_argument(task, rng, _changed)
 
 
-def float_numbers(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def float_numbers(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """Integers sent as floats (5 -> 5.0): Python's == makes them equal in BFCL's state and output checks."""
     return _with_argument(task, rng, lambda v: float(v) if type(v) is int else None)
 
 
-def nudge_number(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def nudge_number(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """A number off by 0.2 (e.g. a logarithm of 20.2 for 20: equal at low precision, not in BFCL's mpf)."""
     return _with_argument(task, rng, lambda v: v + 0.2 if type(v) in (int, float) else None)
 
 
-def number_as_string(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def number_as_string(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     return _with_argument(task, rng, lambda v: str(v) if type(v) in (int, float) else None)
 
 
-def extra_tool(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def extra_tool(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """A call of an offered tool without required arguments, in any turn (also one that expects no call)."""
     free = [n for n in task.tools if not tools[n].required]
     if not free:
@@ -166,14 +168,14 @@ def extra_tool(task: Task, rng: random.Random, tools: dict) -> Script | None:
     return _as_script(script)
 
 
-def odd_arguments(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def odd_arguments(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """An extra argument Python cannot take: a name with a space (a SyntaxError in BFCL's ``eval``) or NaN."""
     extra = rng.choice([{"not a name": 1}, {"value": float("nan")}])
     return _with_turn(task, rng, lambda calls: [message([ToolCall(c.name, {**c.arguments, **extra}) if i == 0 else c
                                                          for i, c in enumerate(calls)])])
 
 
-def call_unoffered(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def call_unoffered(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """A miss_func task's missed function called (as its holdout turn will) one turn before it is offered."""
     holdouts = [int(k) for k in task.metadata.get("missed_function", {})]
     if not holdouts:
@@ -188,11 +190,11 @@ def call_unoffered(task: Task, rng: random.Random, tools: dict) -> Script | None
     return _as_script(script)
 
 
-def hallucinated_function(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def hallucinated_function(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     return _with_turn(task, rng, lambda calls: [message(calls + [ToolCall(calls[0].name + "_all", {})])])
 
 
-def spurious_early_call(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def spurious_early_call(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """In a turn that expects no call, the next turn's calls made already."""
     turns = [i for i, t in enumerate(task.turns[:-1]) if not t.ground_truth and task.turns[i + 1].ground_truth]
     if not turns:
@@ -203,52 +205,53 @@ def spurious_early_call(task: Task, rng: random.Random, tools: dict) -> Script |
     return _as_script(script)
 
 
-def malformed_first(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def malformed_first(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """A broken call block sent alone before the turn's calls: BFCL ends the turn on it."""
     return _with_turn(task, rng, lambda calls: [BROKEN_BLOCK, message(calls)])
 
 
-def malformed_alongside(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def malformed_alongside(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """A broken block in the same message as the turn's calls: BFCL's decoder drops it and runs the rest."""
     return _with_turn(task, rng, lambda calls: [message(calls) + "\n" + BROKEN_BLOCK])
 
 
-def parameters_key(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def parameters_key(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """One call written with "parameters" instead of "arguments": BFCL rejects the whole message."""
     def edit(calls: list[ToolCall]) -> list[str]:
         j = rng.randrange(len(calls))
         blocks = [format_tool_call(c) for c in calls]
-        blocks[j] = f"<tool_call>\n{json.dumps({'name': calls[j].name, 'parameters': calls[j].arguments})}\n</tool_call>"
+        wrong = {"name": calls[j].name, "parameters": calls[j].arguments}
+        blocks[j] = f"<tool_call>\n{json.dumps(wrong)}\n</tool_call>"
         return ["\n".join(blocks)]
     return _with_turn(task, rng, edit)
 
 
-def inline_tags(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def inline_tags(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """Blocks without the newlines inside the tags: BFCL's decoder finds no call."""
     return _with_turn(task, rng, lambda calls: [
         "".join(f"<tool_call>{json.dumps(c.to_json())}</tool_call>" for c in calls)])
 
 
-def string_arguments(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def string_arguments(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """Arguments double-encoded as a JSON string: BFCL's decoder accepts them."""
     return _with_turn(task, rng, lambda calls: ["\n".join(
         f"<tool_call>\n{json.dumps({'name': c.name, 'arguments': json.dumps(c.arguments)})}\n</tool_call>"
         for c in calls)])
 
 
-def think_first(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def think_first(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """Reasoning (with a call-like block inside) before ``</think>``: BFCL decodes only what follows it."""
     return _with_turn(task, rng, lambda calls: [
         f"<think>\nMaybe {message(calls[:1])} is wrong.\n</think>\n\n{message(calls)}"])
 
 
-def step_cap(task: Task, rng: random.Random, tools: dict) -> Script | None:
+def step_cap(task: Task, rng: random.Random, tools: Tools) -> Script | None:
     """A turn's calls, then calls of a hallucinated function up to BFCL's force-quit (its 21st step)."""
     filler = message([ToolCall("look_around", {})])
     return _with_turn(task, rng, lambda calls: [message(calls)] + [filler] * (MAX_STEPS_PER_TURN - 1))
 
 
-Family = Callable[[Task, random.Random, dict], Script | None]
+Family = Callable[[Task, random.Random, Tools], Script | None]
 FAMILIES: dict[str, Family] = {f.__name__: f for f in (
     ground_truth, one_call_per_step, drop_call, answer_early, reorder_calls, repeat_call, change_argument,
     float_numbers, nudge_number, number_as_string, odd_arguments, extra_tool, call_unoffered, hallucinated_function,
@@ -257,7 +260,7 @@ FAMILIES: dict[str, Family] = {f.__name__: f for f in (
 """Every family by name."""
 
 
-def family_script(task: Task, family: str, tools: dict) -> Script | None:
+def family_script(task: Task, family: str, tools: Tools) -> Script | None:
     """The family's script for ``task`` (None: the family does not apply to it), seeded by task and family."""
     return FAMILIES[family](task, random.Random(f"{task.id}/{family}"), tools)
 

@@ -77,7 +77,8 @@ def resolve_method(call: ToolCall, involved: Sequence[str]) -> str | Exception:
         return Exception(f"{call.name!r} is not a call BFCL could make")
     func = body.func
     # the one shape that runs a method: <instance>.<method>(...), the instance put there by BFCL's prefixing
-    runs = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and owners.get(func.attr) == func.value.id
+    runs = (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and owners.get(func.attr) == func.value.id)
     root = func
     while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
         root = root.func if isinstance(root, ast.Call) else root.value

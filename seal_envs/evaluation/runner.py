@@ -25,7 +25,7 @@ class EpisodeRecord:
     calls: list[list[list[ToolCall]]] = field(default_factory=list)
     diagnoses: list[dict[str, Any]] = field(default_factory=list)
     official_valid: bool | None = None
-    requests_sha256: str = ""  # the fingerprint of everything the policy was sent (``seal_envs.evaluation.fingerprint``)
+    requests_sha256: str = ""  # hash of every request the policy was sent (``seal_envs.evaluation.fingerprint``)
 
     @property
     def passed(self) -> bool:

@@ -6,7 +6,7 @@ both backends execute tools by exactly the same code.
 
 Requests and replies, one JSON object per line:
   {"op": "reset", "classes": {"pkg.mod:Class": state|null}, "python_paths": [...]} -> {"ok": true}
-  {"op": "call", "target": "pkg.mod:Class.method", "arguments": {...}}            -> {"ok": true, "result": ..., "text": "..."}
+  {"op": "call", "target": "pkg.mod:Class.method", "arguments": {...}}  -> {"ok": true, "result": ..., "text": "..."}
   {"op": "snapshot"}                                                               -> {"ok": true, "state": {...}}
   {"op": "ping"}                                                                   -> {"ok": true}
 Failures reply {"ok": false, "error": {"type": "ExceptionName", "message": "..."}}.
