@@ -30,6 +30,7 @@ from seal_envs.bfcl.reference import bfcl_pipeline  # noqa: E402
 from seal_envs.bfcl.split import compute_split, render, SPLIT_FILE  # noqa: E402
 from seal_envs.bfcl.tasks import parse_call  # noqa: E402
 from seal_envs.evaluation.runner import run_episode  # noqa: E402
+from seal_envs.interface import InterfaceState  # noqa: E402
 from seal_envs.spec import load_domain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +150,24 @@ def test_training_env_with_the_original_interface_is_the_eval_env(env):
                     theirs.record.requests_sha256, theirs.record.reward, theirs.record.labels), (family, task.id)
     finally:
         train.close()
+
+
+def test_evolved_interface_never_changes_the_judgement_of_the_same_calls(env):
+    """Cues change what the policy sees, not how the same executed calls are judged."""
+    evolved = make_env(split="all", mode="train", sandbox="inprocess", interface=InterfaceState(
+        schema_cues=True, error_hints=True, guidelines=("spurious_tool_call", "state_mismatch")))
+    try:
+        for family in ("ground_truth", "change_argument", "float_numbers", "nudge_number", "call_unoffered",
+                       "hallucinated_function", "spurious_early_call", "step_cap"):
+            for task in env.unwrapped.tasks[5::40]:
+                ours, theirs = judge(env, task, family), judge(evolved, task, family)
+                if ours is None:
+                    continue
+                assert ours.record.requests_sha256 != theirs.record.requests_sha256
+                assert (ours.record.calls, ours.record.reward, ours.record.labels) == (
+                    theirs.record.calls, theirs.record.reward, theirs.record.labels), (family, task.id)
+    finally:
+        evolved.close()
 
 
 @pytest.mark.docker
