@@ -10,6 +10,11 @@
   ``Error during execution: <message>``; these texts are also what the verifier compares, as BFCL's checker does.
 - Tools: BFCL's schemas; a function added at a miss_func holdout turn keeps its doc's own description (BFCL adds
   its "Python 3 syntax" hint only to the functions offered from the start).
+
+Not reproduced, on purpose: a call naming a Python builtin (``print``, ``open``) runs nothing here, where BFCL's
+``eval`` runs it (its tool message differs, not the verdict: builtins cannot reach the backends); and BFCL's
+prefixing also rewrites ``method(`` inside string arguments, with an instance name that depends on the model's
+name (and differs between its own inference and its checker), while SEAL passes arguments unchanged.
 """
 
 from __future__ import annotations
