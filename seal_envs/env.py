@@ -4,6 +4,12 @@ An episode is one task of several user turns. The action is the policy's assista
 are parsed, checked against the schema, executed in the task's sandbox, and their outputs come back as the
 next observation. An answer without a tool call ends the user turn; the turn is verified against the
 ground-truth replay and labelled; the next user turn follows. The reward is the verifier's 0/1 at the end.
+
+Turn rules (BFCL's, for every domain and mode): a message without a decodable call ends the turn, even when it
+held a malformed one; only the error-hint cue of a training interface keeps the turn open then, with a hint. A
+turn that reaches ``max_steps_per_turn`` tool-calling steps is force-quit: the episode ends, and fails unless that
+was its last turn. How actions are decoded, which functions a call can reach and how results are worded is the
+env's ``Protocol`` (SEAL's own, or a benchmark's, e.g. BFCL's).
 """
 
 from __future__ import annotations
@@ -18,13 +24,13 @@ import gymnasium as gym
 import jsonschema
 
 from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
-from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt, render_tool
-from seal_envs.parsing import parse_tool_calls
+from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
+from seal_envs.protocol import NATIVE, Protocol
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, load_domain
 from seal_envs.task import Task, ToolCall, load_tasks
-from seal_envs.verifier import REFERENCES, TurnReference, canonical_output, episode_classes, judge_turn
+from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 Mode = Literal["train", "eval"]
 RESET_ATTEMPTS = 3
@@ -66,9 +72,10 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         tasks: tasks to sample from; default: the ``tasks.json`` next to the (first) domain's spec.
         mode: ``"train"`` (the interface may be mutated) or ``"eval"`` (always the original interface).
         sandbox: where tools run; ``"docker"`` (default, isolated) or ``"inprocess"`` (debugging only).
-        max_steps_per_turn: assistant messages per user turn before the turn is cut off.
+        max_steps_per_turn: tool-calling steps per user turn; the step that reaches it force-quits the episode.
         system_prompt: base system prompt (a task's own prompt wins); None: no system message.
         interface: a starting interface state for training envs (e.g. loaded from a checkpoint).
+        protocol: the benchmark's conversation rules (decoding, reachable functions, result wording).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -83,6 +90,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         system_prompt: str | None = None,
         interface: InterfaceState | None = None,
         render_mode: str | None = None,
+        protocol: Protocol = NATIVE,
     ):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', not {mode!r}")
@@ -109,6 +117,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.max_steps_per_turn = max_steps_per_turn
         self.system_prompt = system_prompt
         self.render_mode = render_mode
+        self.protocol = protocol
         self.python_paths = tuple(str(p) for d in self.domains for p in d.python_paths)
         self._interface = InterfaceState() if mode == "eval" or interface is None else interface
         self.action_space = UnicodeText(max_length=1 << 16)
@@ -156,7 +165,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             if self._sandbox is None:
                 self._sandbox = pool.acquire()
             try:
-                reference = REFERENCES.get(task, self._sandbox, self.tools, self.python_paths)
+                reference = REFERENCES.get(task, self._sandbox, self.tools, self.python_paths, self.protocol)
                 self._sandbox.reset(episode_classes(task, self.tools), self.python_paths)
                 return reference
             except SandboxError as exc:
@@ -199,7 +208,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools offered right now, in the OpenAI ``tools=`` format (interface cues applied)."""
-        return [render_tool(self.tools[n], self._episode_interface) for n in self._available if n in self.tools]
+        return [self.protocol.tool_schema(self.tools[n], self._task, self._episode_interface)
+                for n in self._available if n in self.tools]
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -213,10 +223,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         }
 
     def _execute(self, call: ToolCall) -> tuple[CallRecord, CallResult | None]:
-        tool = self.tools.get(call.name) if call.name in self._available else None
-        if tool is None:
-            error = f"no function named {call.name!r} is available"
-            return CallRecord(self._steps_in_turn, "unknown_tool", call, error=error), None
+        tool = self.protocol.resolve(call, self._task, self._available, self.tools)
+        if isinstance(tool, str):
+            return CallRecord(self._steps_in_turn, "unknown_tool", call, error=tool), None
         violations = schema_violations(tool, call.arguments)
         result = self._sandbox.call(tool.implementation, call.arguments)
         if not result.infrastructure and not self._sandbox.alive:
@@ -256,15 +265,19 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             raise RuntimeError("the episode is over; call reset() first")
         if self._task_error is not None:
             return self._finish_with(Label.TASK_ERROR, self._task_error)
-        parsed = parse_tool_calls(action)
+        parsed = self.protocol.decode(action)
         acted_turn = self._turn  # info["turn"] is the turn this action belongs to, even when it ends it
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1
         observation: list[Message] = []
+        # a malformed call is answered (and keeps the turn open) only where the error-hint cue asks for it
+        recovering = bool(parsed.errors) and self._episode_interface.error_hints
         for error in parsed.errors:
             record = CallRecord(self._steps_in_turn, "parse_error", error=error.reason)
             self._records.append(record)
-            observation.append(self._tool_message(record, json.dumps({"error": f"ParseError: {error.reason}"}), "parse_error"))
+            if recovering:
+                content = json.dumps({"error": f"ParseError: {error.reason}"})
+                observation.append(self._tool_message(record, content, "parse_error"))
         for call in parsed.calls:
             record, result = self._execute(call)
             self._records.append(record)
@@ -272,31 +285,35 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 self._sandbox_failed()
                 return self._finish_with(Label.INFRASTRUCTURE_ERROR, record.error or "sandbox failure")
             if result is not None:
-                self._outputs.append(canonical_output(result))
-                content = result.render()
+                self._outputs.append(self.protocol.output(result))
+                content = self.protocol.render(result)
             else:
-                content = json.dumps({"error": f"UnknownFunction: {record.error}"})
+                content = self.protocol.render_error(record.error or "")
+                self._outputs.append(content)
             observation.append(self._tool_message(record, content, call.name))
-        cap_hit = parsed.has_tool_calls and self._steps_in_turn >= self.max_steps_per_turn
-        turn_ended = not parsed.has_tool_calls or cap_hit
+        stepped = bool(parsed.calls) or recovering
+        cap_hit = stepped and self._steps_in_turn >= self.max_steps_per_turn
+        turn_ended = not stepped or cap_hit
         diagnosis = None
         terminated = False
         reward = 0.0
         if turn_ended:
             try:
-                diagnosis = self._end_turn("" if parsed.has_tool_calls else parsed.content, cap_hit)
+                diagnosis = self._end_turn("" if stepped else parsed.content, cap_hit)
             except SandboxError as exc:
                 self._sandbox_failed()
                 return self._finish_with(Label.INFRASTRUCTURE_ERROR, str(exc))
             self._turn += 1
-            if self._turn < len(self._task.turns):
+            if self._turn < len(self._task.turns) and not cap_hit:
                 observation += self._start_turn()
-            else:
+            else:  # the last turn is over, or a force-quit: BFCL fails an entry force-quit before its last turn
                 terminated, self._done = True, True
-                reward = float(all(v.passed for v in self._verdicts))
+                finished = self._turn == len(self._task.turns)
+                reward = float(finished and all(v.passed for v in self._verdicts))
         self.messages.extend(observation)
         info = self._info(turn_ended=turn_ended, label=diagnosis.label.value if diagnosis else None,
-                          diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False)
+                          diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False,
+                          calls=list(parsed.calls), force_quit=cap_hit)
         info["turn"] = acted_turn
         if terminated:
             info["verdicts"] = [v.passed for v in self._verdicts]

@@ -33,11 +33,6 @@ class ParsedAction:
     calls: tuple[ToolCall, ...]
     errors: tuple[ParseError, ...]
 
-    @property
-    def has_tool_calls(self) -> bool:
-        """Whether the message tried to call a tool (even if malformed): then the user turn goes on."""
-        return bool(self.calls or self.errors)
-
 
 def _load_object(text: str) -> Any:
     try:

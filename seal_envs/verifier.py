@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from seal_envs.diagnosis import TurnVerdict
-from seal_envs.sandbox.base import CallResult, Sandbox
+from seal_envs.protocol import NATIVE, Protocol
+from seal_envs.sandbox.base import Sandbox
 from seal_envs.spec.loader import ToolSpec
 from seal_envs.task import Task, Turn
 
@@ -46,13 +47,6 @@ class TurnReference:
     judged: bool = True  # False: the official checker skips this turn (BFCL, empty ground truth)
 
 
-def canonical_output(result: CallResult) -> str:
-    """A comparable form of a call's result (errors compare by type and message)."""
-    if result.ok:
-        return json.dumps(result.output, sort_keys=True)
-    return json.dumps({"error": f"{result.error_type}: {result.error}"})
-
-
 def episode_classes(task: Task, tools: Mapping[str, ToolSpec]) -> dict[str, Any]:
     """Every implementation class the task may touch, with its initial state (None: default)."""
     names = set(task.tools if task.tools is not None else tools) | {n for t in task.turns for n in t.add_tools}
@@ -60,9 +54,10 @@ def episode_classes(task: Task, tools: Mapping[str, ToolSpec]) -> dict[str, Any]
     return {path: task.initial_state.get(path) for path in sorted(paths)}
 
 
-def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec],
-                     python_paths: Sequence[str] = ()) -> tuple[TurnReference, ...]:
-    """Execute the ground truth turn by turn from the initial state and record state and outputs."""
+def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
+                     protocol: Protocol = NATIVE) -> tuple[TurnReference, ...]:
+    """Execute the ground truth turn by turn from the initial state and record state and outputs (in the
+    protocol's comparable form)."""
     sandbox.reset(episode_classes(task, tools), python_paths)
     references = []
     for turn in task.turns:
@@ -70,7 +65,7 @@ def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec]
         for call in turn.ground_truth:
             if call.name not in tools:
                 raise KeyError(f"task {task.id!r}: ground-truth call to unknown tool {call.name!r}")
-            outputs.append(canonical_output(sandbox.call(tools[call.name].implementation, call.arguments)))
+            outputs.append(protocol.output(sandbox.call(tools[call.name].implementation, call.arguments)))
         judged = bool(turn.ground_truth) or task.metadata.get("checker") != "bfcl"
         references.append(TurnReference(state=sandbox.snapshot(), outputs=tuple(outputs), judged=judged))
     return tuple(references)
@@ -125,13 +120,13 @@ class ReferenceCache:
         self._cache: dict[str, tuple[TurnReference, ...]] = {}
         self._lock = threading.Lock()
 
-    def get(self, task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec],
-            python_paths: Sequence[str] = ()) -> tuple[TurnReference, ...]:
-        key = task_fingerprint(task)
+    def get(self, task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
+            protocol: Protocol = NATIVE) -> tuple[TurnReference, ...]:
+        key = f"{protocol.name}/{task_fingerprint(task)}"
         with self._lock:
             cached = self._cache.get(key)
         if cached is None:
-            cached = replay_reference(task, sandbox, tools, python_paths)
+            cached = replay_reference(task, sandbox, tools, python_paths, protocol)
             with self._lock:
                 self._cache[key] = cached
         return cached

@@ -10,10 +10,12 @@ import pytest
 pytest.importorskip("bfcl_eval")
 
 from seal_envs.bfcl import bfcl_tasks, make_env  # noqa: E402
+from seal_envs.bfcl.reference import bfcl_pipeline  # noqa: E402
 from seal_envs.evaluation.cli import main  # noqa: E402
+from seal_envs.evaluation.fingerprint import run_fingerprint  # noqa: E402
 from seal_envs.evaluation.policies import ReplayPolicy, from_openai_message, to_openai_messages  # noqa: E402
 from seal_envs.evaluation.runner import run_episode  # noqa: E402
-from seal_envs.parsing import parse_tool_calls  # noqa: E402
+from seal_envs.parsing import format_tool_call, parse_tool_calls  # noqa: E402
 from seal_envs.task import ToolCall  # noqa: E402
 
 
@@ -27,6 +29,17 @@ def test_replay_prints_100_everywhere(tmp_path, capsys):
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["summary"]["average"] == 100.0 and len(doc["episodes"]) == 8
     assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_parity_fingerprint_is_bfcls_own_pipelines(tmp_path, capsys):
+    """seal-eval prints and stores the hash of every request it sent; BFCL's loop sends the same for the tasks."""
+    assert main(["--split", "eval", "--limit", "12", "--sandbox", "inprocess", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    tasks = bfcl_tasks("eval")[:12]
+    assert [e["requests_sha256"] for e in doc["episodes"]] == [
+        bfcl_pipeline(t, ReplayPolicy()).requests_sha256 for t in tasks]
+    expected = run_fingerprint(e["requests_sha256"] for e in doc["episodes"])
+    assert doc["summary"]["requests_sha256"] == expected and expected in capsys.readouterr().out
 
 
 def test_replay_per_category(tmp_path, capsys):
@@ -67,9 +80,10 @@ def test_backend_exception_and_hallucinated_function_are_diagnosed(env):
     task = bfcl_tasks("all", "base")[0]
     bad = [ToolCall("cd", {"folder": 3, "extra": True}), ToolCall("teleport", {"to": "mars"})]
     env.reset(options={"task_id": task.id})
-    observation, *_ = env.step("\n".join(f'<tool_call>{json.dumps(c.to_json())}</tool_call>' for c in bad))
-    assert "TypeError" in observation[0]["content"] and "extra" in observation[0]["content"]
-    assert "UnknownFunction" in observation[1]["content"] and "teleport" in observation[1]["content"]
+    observation, *_ = env.step("\n".join(format_tool_call(c) for c in bad))
+    assert observation[0]["content"] == ("Error during execution: GorillaFileSystem.cd() got an unexpected keyword "
+                                         "argument 'extra'")
+    assert observation[1]["content"] == "Error during execution: name 'teleport' is not defined"
 
     record = run_episode(env, ReplayPolicy(lambda t: [bad] + [list(x.ground_truth) for x in t.turns[1:]]), task)
     first_turn = record.diagnoses[0]

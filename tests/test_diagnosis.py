@@ -39,7 +39,7 @@ DEPOSIT_OK = (call("deposit", account="alice", amount=5), "Done.")
 
 @pytest.mark.parametrize("label, task_id, earlier, actions", [
     ("pass", "deposit-then-ask", (), DEPOSIT_OK),
-    ("invalid_tool_call", "deposit-then-ask", (), ("<tool_call>{not json</tool_call>", "Done.")),
+    ("invalid_tool_call", "deposit-then-ask", (), ("<tool_call>{not json</tool_call>",)),  # no call: the turn ends
     ("invalid_tool_call", "deposit-then-ask", (), (call("withdraw", account="alice", amount=5), "Done.")),
     ("argument_mismatch", "deposit-then-ask", (), (call("deposit", account="alice", amount="5"), "Done.")),
     ("argument_mismatch", "deposit-then-ask", (), (call("deposit", account="alice"), "Done.")),

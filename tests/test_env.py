@@ -71,13 +71,16 @@ def test_turn_flow_and_tools_added_by_a_turn():
     assert "transfer" in [t["function"]["name"] for t in info["tools"]]
 
 
-def test_step_cap_ends_the_turn():
+def test_step_cap_force_quits_the_episode():
+    """BFCL's rule: a turn that reaches the cap ends the episode, failed, unless it was the last turn."""
     env = ToolUseEnv(domain=LEDGER, sandbox="inprocess", max_steps_per_turn=3)
     env.reset(options={"task_id": TASK})
     probe = format_tool_call(ToolCall("get_balance", {"account": "bob"}))
-    infos = [env.step(probe)[4] for _ in range(3)]
-    assert [i["turn_ended"] for i in infos] == [False, False, True]
-    assert infos[-1]["diagnosis"]["evidence"]["step_cap_hit"] and infos[-1]["turn"] == 0
+    steps = [env.step(probe) for _ in range(3)]
+    infos = [s[4] for s in steps]
+    assert [i["turn_ended"] for i in infos] == [False, False, True] and [s[2] for s in steps] == [False, False, True]
+    assert infos[-1]["diagnosis"]["evidence"]["step_cap_hit"] and infos[-1]["turn"] == 0 and infos[-1]["force_quit"]
+    assert steps[-1][1] == 0.0 and infos[-1]["labels"] == [infos[-1]["label"]]
 
 
 @pytest.mark.parametrize("action", [

@@ -12,7 +12,7 @@ def test_several_calls_and_text():
     parsed = parse_tool_calls(text)
     assert parsed.calls == (ToolCall("a", {"x": 1}), ToolCall("b", {}))
     assert parsed.content == "Let me check."
-    assert not parsed.errors and parsed.has_tool_calls
+    assert not parsed.errors
 
 
 def test_code_fence_double_encoding_and_missing_close_tag():
@@ -36,7 +36,6 @@ def test_python_style_dict_is_accepted():
 def test_malformed_blocks_become_errors(block, reason):
     parsed = parse_tool_calls(f"<tool_call>{block}</tool_call>")
     assert not parsed.calls and len(parsed.errors) == 1 and reason in parsed.errors[0].reason
-    assert parsed.has_tool_calls  # a malformed attempt still keeps the turn going
 
 
 @pytest.mark.parametrize("garbage", [None, 42, "<tool_call>" * 1000, "\x00\udcff</tool_call>", "{" * 5000])
@@ -46,7 +45,7 @@ def test_garbage_never_raises(garbage):
 
 def test_plain_answer_has_no_calls():
     parsed = parse_tool_calls("The order ships tomorrow.")
-    assert parsed.content == "The order ships tomorrow." and not parsed.has_tool_calls
+    assert parsed.content == "The order ships tomorrow." and not parsed.calls and not parsed.errors
 
 
 def test_format_round_trip():

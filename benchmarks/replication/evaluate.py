@@ -8,7 +8,8 @@ Uses the project's own pieces end to end, no generation loop of ours: ``seal_env
 over ``ToolUseEnv(domain="shop", mode="eval")`` (original interface, ``mutate`` refused), so the tool calls are
 read by the one parser (``seal_envs.parsing``) and scored by the env's verifier, labelled by its diagnosis.
 
-Success = the verifier's reward 1 on every turn and no step-cap-forced turn (``EpisodeRecord.passed``).
+Success = the env's reward, 1 when every turn passes (``EpisodeRecord.passed``; a turn that hits the step cap
+force-quits the episode, which fails unless it was the last turn).
 ``--max-steps-per-turn`` (default 4, the value of seal-train's CPU config) caps assistant messages per user
 turn; it is an episode cap, not part of the interface the policy sees.
 """

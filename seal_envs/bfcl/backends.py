@@ -10,22 +10,19 @@
    directories keep it private: the snapshot becomes the tree that BFCL's checker compares, nothing more.
 3. A shared default. ``TwitterAPI.post_tweet(tags=[], mentions=[])`` stores its default lists in the tweet, so
    ``mention`` appends to a list shared by every tweet posted without mentions, in every episode of the process
-   (a long-lived sandbox runs thousands). The adapter passes fresh lists; everything else is BFCL's.
-4. mpmath results. ``MathAPI.logarithm``/``square_root`` return ``mpmath.mpf`` numbers, which BFCL compares as
-   ``str({'result': mpf('2.29...')})`` but which have no JSON form (our snapshot made every one the same
-   object). The adapter returns their decimal string, so different results stay different, as in BFCL.
+   (a long-lived sandbox runs thousands). The adapter passes fresh lists where an argument was left out;
+   everything else (an explicit ``null`` included) is BFCL's.
 
-Every other tool method is BFCL's, unchanged.
+Every other tool method is BFCL's, unchanged (mpmath results, for one, reach the policy and the verifier as
+BFCL words them: see ``seal_envs.sandbox.server.result_text``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import mpmath
 from bfcl_eval.eval_checker.multi_turn_eval.func_source_code import (
     gorilla_file_system,
-    math_api,
     posting_api,
     trading_bot,
     travel_booking,
@@ -87,28 +84,16 @@ class VehicleControlAPI(_LongContextFlag, vehicle_control.VehicleControlAPI):
     pass
 
 
+_LEFT_OUT: Any = object()
+
+
 class TwitterAPI(posting_api.TwitterAPI):
-    def post_tweet(self, content: str, tags: list[str] | None = None, mentions: list[str] | None = None) -> dict:
-        return super().post_tweet(content, tags=[] if tags is None else tags, mentions=[] if mentions is None else mentions)
+    def post_tweet(self, content: str, tags: list[str] = _LEFT_OUT, mentions: list[str] = _LEFT_OUT) -> dict:
+        return super().post_tweet(content, tags=[] if tags is _LEFT_OUT else tags,
+                                  mentions=[] if mentions is _LEFT_OUT else mentions)
 
     post_tweet.__doc__ = posting_api.TwitterAPI.post_tweet.__doc__
 
 
-def _decimal(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, mpmath.mpf) else v for k, v in result.items()}
-
-
-class MathAPI(math_api.MathAPI):
-    def logarithm(self, value: float, base: float, precision: int) -> dict[str, Any]:
-        return _decimal(super().logarithm(value, base, precision))
-
-    def square_root(self, number: float, precision: int) -> dict[str, Any]:
-        return _decimal(super().square_root(number, precision))
-
-    logarithm.__doc__ = math_api.MathAPI.logarithm.__doc__
-    square_root.__doc__ = math_api.MathAPI.square_root.__doc__
-
-
-ADAPTED = {cls.__name__: cls for cls in (GorillaFileSystem, MathAPI, TradingBot, TravelAPI, TwitterAPI,
-                                         VehicleControlAPI)}
+ADAPTED = {cls.__name__: cls for cls in (GorillaFileSystem, TradingBot, TravelAPI, TwitterAPI, VehicleControlAPI)}
 """BFCL class name -> our adapter, for the classes that need one."""

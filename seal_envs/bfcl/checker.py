@@ -47,6 +47,11 @@ def official_verdict(task: Task, turns: Sequence[TurnCalls]) -> dict[str, Any]:
     try:
         return multi_turn_checker(decoded, ground_truth, bfcl_test_entry(task), task.category, model_name)
     finally:
-        prefix = re.sub(r"[-./:]", "_", model_name)
-        for name in [n for n in vars(multi_turn_utils) if n.startswith(prefix)]:
-            del vars(multi_turn_utils)[name]
+        forget_instances(model_name)
+
+
+def forget_instances(model_name: str) -> None:
+    """Drop the backend instances BFCL keeps in its executor's globals for a model name (all its entries)."""
+    prefix = re.sub(r"[-./:]", "_", model_name)
+    for name in [n for n in vars(multi_turn_utils) if n.startswith(prefix)]:
+        del vars(multi_turn_utils)[name]

@@ -8,10 +8,11 @@ the missed functions stay in ``Task.metadata`` for the official checker.
 
 Category rules:
 - miss_func: the missed function is not offered until its holdout turn, whose user message is BFCL's
-  "I have updated some more functions ..." prompt and whose ``add_tools`` names it; the turn before (ground
-  truth ``[]``) has ``expects_abstention=True``: no tool fits. BFCL's checker runs any method of an involved
-  class, so one entry's ground truth (miss_func_49, ``tail``) calls a "missed" function before its holdout turn;
-  such a function is offered from the start (``metadata["not_withheld"]``), or the ground truth could not run.
+  "I have updated some more functions ..." prompt and whose ``add_tools`` names it (appended to the offered
+  tools, with its doc's own description, as BFCL does); the turn before (ground truth ``[]``) has
+  ``expects_abstention=True``: no tool fits. BFCL runs any method of an involved class, offered or not (see
+  ``seal_envs.bfcl.protocol``), so one entry's ground truth (miss_func_49, ``tail``) calls its missed function
+  before the holdout turn, and a model may too.
 - miss_param: the turn whose ground truth is ``[]`` lacks a required value: the agent must ask, not call.
 """
 
@@ -27,6 +28,7 @@ from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITION
 
 from seal_envs.bfcl import data
 from seal_envs.bfcl.backends import LONG_CONTEXT_KEY
+from seal_envs.bfcl.protocol import ADDED_DESCRIPTIONS
 from seal_envs.task import Task, ToolCall, Turn
 
 DOMAIN = "bfcl"
@@ -87,13 +89,10 @@ def _initial_state(entry: dict[str, Any], long_context: bool) -> dict[str, Any]:
 
 def task_from_entry(entry: dict[str, Any], ground_truth: list[list[str]], category: str) -> Task:
     """One BFCL entry (and its ground truth) as a ``Task``."""
-    missed = {int(k): tuple(v) for k, v in entry.get("missed_function", {}).items()}
-    called = [{parse_call(c).name for c in turn} for turn in ground_truth]
-    not_withheld = sorted({n for i, names in missed.items() for n in names if any(n in t for t in called[:i])})
-    holdout = {i: tuple(n for n in names if n not in not_withheld) for i, names in missed.items()}
+    holdout = {int(k): tuple(v) for k, v in entry.get("missed_function", {}).items()}
     withheld = {name for names in holdout.values() for name in names}
-    tools = tuple(doc["name"] for backend in entry["involved_classes"] for doc in data.function_docs(backend)
-                  if doc["name"] not in withheld)
+    docs = [doc for backend in entry["involved_classes"] for doc in data.function_docs(backend)]
+    tools = tuple(doc["name"] for doc in docs if doc["name"] not in withheld)
     if len(entry["question"]) != len(ground_truth):
         raise GroundTruthError(f"{entry['id']}: {len(entry['question'])} turns but {len(ground_truth)} answers")
     turns = []
@@ -120,8 +119,8 @@ def task_from_entry(entry: dict[str, Any], ground_truth: list[list[str]], catego
             "bfcl_ground_truth": ground_truth,
             "involved_classes": list(entry["involved_classes"]),
             "initial_config": entry["initial_config"],
-            "missed_function": {str(k): list(v) for k, v in missed.items()},
-            "not_withheld": not_withheld,
+            "missed_function": {str(k): list(v) for k, v in holdout.items()},
+            ADDED_DESCRIPTIONS: {doc["name"]: doc["description"] for doc in docs if doc["name"] in withheld},
         },
     )
 

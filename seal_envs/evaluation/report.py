@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seal_envs.evaluation.fingerprint import run_fingerprint
 from seal_envs.evaluation.runner import EpisodeRecord
 
 CATEGORY_TITLES = {"base": "Base", "miss_func": "Miss Func", "miss_param": "Miss Param",
@@ -34,6 +35,7 @@ def summarize(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
         "task_errors": sum(r.task_error is not None for r in records),
         "official_agreement": (sum((r.official_valid is True) == r.passed for r in checked) / len(checked)
                                if checked else None),
+        "requests_sha256": run_fingerprint(r.requests_sha256 for r in records),
     }
 
 
@@ -50,6 +52,7 @@ def format_table(summary: dict[str, Any]) -> str:
                  f"task errors: {summary['task_errors']}")
     if summary["official_agreement"] is not None:
         lines.append(f"agreement with BFCL's official checker: {100 * summary['official_agreement']:.2f}%")
+    lines.append(f"eval-parity fingerprint (sha256 of every request sent): {summary['requests_sha256']}")
     return "\n".join(lines)
 
 

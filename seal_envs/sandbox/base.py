@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
@@ -18,6 +18,8 @@ class CallResult:
     ``infrastructure`` marks failures of ours (the sandbox died, our timeout fired on a dead server):
     such turns are masked out of training, never diagnosed as the agent's mistake. A tool that raises,
     hangs past its timeout or exhausts its limits is the tool's failure and comes back as an error.
+    ``text`` is the return value in Python's words (the tool server's ``result_text``), for benchmarks that
+    show and compare outputs that way.
     """
 
     ok: bool
@@ -25,6 +27,7 @@ class CallResult:
     error_type: str | None = None
     error: str | None = None
     infrastructure: bool = False
+    text: str | None = field(default=None, compare=False)
 
     def render(self) -> str:
         """The text the policy sees as the tool message."""

@@ -137,7 +137,7 @@ class DockerSandbox(Sandbox):
         except DOCKER_FAULTS as exc:
             raise SandboxError(f"could not prepare the sandbox image: {exc}") from exc
         self._lock = threading.Lock()
-        self._call_reply_limit = 12 * self.config.max_output_bytes + (64 << 10)  # JSON escaping grows text
+        self._call_reply_limit = 24 * self.config.max_output_bytes + (64 << 10)  # result and text; JSON escaping grows them
         self.container_id = ""
         self._start()
 
@@ -345,7 +345,7 @@ class DockerSandbox(Sandbox):
             if "failure" in reply:
                 return reply["failure"]
             if reply.get("ok"):
-                return CallResult(ok=True, output=reply["result"])
+                return CallResult(ok=True, output=reply["result"], text=reply.get("text"))
             error = reply.get("error") or {}
             result = CallResult(ok=False, error_type=error.get("type", "ProtocolError"), error=error.get("message"))
             if result.error_type in RESOURCE_ERRORS:  # forks or memory used up: the container cannot be trusted

@@ -22,7 +22,7 @@ class InProcessSandbox(Sandbox):
         # a JSON copy, as the Docker backend's wire gives: tools may keep and mutate their argument lists
         reply = self._server.handle({"op": "call", "target": target, "arguments": json.loads(json.dumps(arguments))})
         if reply["ok"]:
-            return CallResult(ok=True, output=reply["result"])
+            return CallResult(ok=True, output=reply["result"], text=reply["text"])
         return CallResult(ok=False, error_type=reply["error"]["type"], error=reply["error"]["message"])
 
     def snapshot(self) -> dict[str, Any]:

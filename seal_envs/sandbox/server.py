@@ -6,10 +6,13 @@ both backends execute tools by exactly the same code.
 
 Requests and replies, one JSON object per line:
   {"op": "reset", "classes": {"pkg.mod:Class": state|null}, "python_paths": [...]} -> {"ok": true}
-  {"op": "call", "target": "pkg.mod:Class.method", "arguments": {...}}            -> {"ok": true, "result": ...}
+  {"op": "call", "target": "pkg.mod:Class.method", "arguments": {...}}  -> {"ok": true, "result": ..., "text": "..."}
   {"op": "snapshot"}                                                               -> {"ok": true, "state": {...}}
   {"op": "ping"}                                                                   -> {"ok": true}
 Failures reply {"ok": false, "error": {"type": "ExceptionName", "message": "..."}}.
+
+A call's ``result`` is the JSON view of what the tool returned; ``text`` is the return value as Python words it
+(``result_text``), taken at call time: a benchmark that compares tool outputs as text (BFCL) compares that.
 """
 
 from __future__ import annotations
@@ -23,6 +26,31 @@ from typing import Any
 MAX_DEPTH = 32
 
 
+def state_key(key: Any) -> str:
+    """A dict key as a JSON key that keeps Python's ``==`` between keys: ``{0.0: x} == {0: x} == {False: x}``.
+
+    Strings stay as they are; numbers become ``#`` and their value (integral values as ints); other keys ``#`` and
+    their repr.
+    """
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bool, int, float)) and float(key).is_integer():
+        return f"#{int(key)}"
+    return f"#{key!r}"
+
+
+def result_text(value: Any) -> str:
+    """A return value in words: a string as it is, a dict as JSON when it serialises, anything else ``str()``."""
+    if type(value) is str:
+        return value
+    if type(value) is dict:
+        try:
+            return json.dumps(value)
+        except Exception:  # a value JSON cannot write (e.g. an mpmath number): Python's own words
+            return str(value)
+    return str(value)
+
+
 def to_jsonable(value: Any, depth: int = 0) -> Any:
     """A deterministic JSON view of a tool's state or result (objects become their public fields)."""
     if depth > MAX_DEPTH:
@@ -30,7 +58,7 @@ def to_jsonable(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
-        return {str(k): to_jsonable(v, depth + 1) for k, v in value.items()}
+        return {state_key(k): to_jsonable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v, depth + 1) for v in value]
     if isinstance(value, (set, frozenset)):
@@ -69,16 +97,19 @@ class ToolServer:
             instances[class_path] = instance
         self.instances = instances
 
-    def call(self, target: str, arguments: dict[str, Any]) -> Any:
+    def call(self, target: str, arguments: dict[str, Any]) -> tuple[Any, str]:
+        """The call's result (JSON view) and its ``result_text``."""
         class_path, method = target.rsplit(".", 1)
         if class_path not in self.instances:
             raise LookupError(f"{class_path} is not loaded in this episode")
-        result = to_jsonable(getattr(self.instances[class_path], method)(**arguments))
-        text = json.dumps(result)
-        if len(text) > self.max_output_bytes:
-            return {"truncated_output": text[: self.max_output_bytes],
-                    "note": f"output truncated at {self.max_output_bytes} of {len(text)} bytes"}
-        return result
+        value = getattr(self.instances[class_path], method)(**arguments)
+        result, text = to_jsonable(value), result_text(value)
+        encoded = json.dumps(result)
+        if max(len(encoded), len(text)) > self.max_output_bytes:
+            result = {"truncated_output": encoded[: self.max_output_bytes],
+                      "note": f"output truncated at {self.max_output_bytes} of {len(encoded)} bytes"}
+            return result, json.dumps(result)
+        return result, text
 
     def snapshot(self) -> dict[str, Any]:
         return {path: public_state(instance) for path, instance in self.instances.items()}
@@ -88,7 +119,8 @@ class ToolServer:
         try:
             op = request.get("op")
             if op == "call":
-                return {"ok": True, "result": self.call(request["target"], request.get("arguments") or {})}
+                result, text = self.call(request["target"], request.get("arguments") or {})
+                return {"ok": True, "result": result, "text": text}
             if op == "snapshot":
                 return {"ok": True, "state": self.snapshot()}
             if op == "reset":
