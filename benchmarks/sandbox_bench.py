@@ -21,7 +21,7 @@ from seal_envs.sandbox.docker import DockerSandbox, docker_client
 from seal_envs.sandbox.inprocess import InProcessSandbox
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = [str(ROOT / "tests" / "fixtures")]
+PATHS = [str(ROOT / "tests" / "fixtures" / "evil")]
 LEDGER = ROOT / "tests" / "fixtures" / "ledger"
 CLASSES = {"evil_tools:EvilTools": {"counter": 0}}
 TARGET = "evil_tools:EvilTools.add"
