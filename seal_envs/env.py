@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
-import jsonschema
 
 from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt, render_tool
@@ -24,6 +22,7 @@ from seal_envs.parsing import ParseLimits, parse_tool_calls
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, load_domain
+from seal_envs.spec.patterns import bounded_validator
 from seal_envs.task import Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, canonical_output, episode_classes, judge_turn
 
@@ -32,19 +31,15 @@ Mode = Literal["train", "eval"]
 RESET_ATTEMPTS = 3
 
 
-@cache
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
-
-
-def schema_violations(tool: ToolSpec, arguments: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def schema_violations(tool: ToolSpec, arguments: dict[str, Any],
+                      pattern_timeout_s: float = ParseLimits.pattern_timeout_s) -> tuple[dict[str, Any], ...]:
     """Where ``arguments`` break the tool's schema: missing, unknown, wrongly typed or out-of-enum arguments."""
     props = tool.parameters.get("properties", {})
     found: list[dict[str, Any]] = [{"kind": "missing", "argument": a} for a in tool.required if a not in arguments]
     found += [{"kind": "unknown", "argument": a} for a in arguments if a not in props]
     known = {k: v for k, v in arguments.items() if k in props}
     schema = {**tool.parameters, "required": []}
-    for error in _validator(json.dumps(schema, sort_keys=True)).iter_errors(known):
+    for error in bounded_validator(schema, pattern_timeout_s).iter_errors(known):
         argument = error.absolute_path[0] if error.absolute_path else None
         if error.validator == "type":
             found.append({"kind": "type", "argument": argument, "expected": error.validator_value})
@@ -230,7 +225,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         if tool is None:
             error = f"no function named {call.name!r} is available"
             return CallRecord(self._steps_in_turn, "unknown_tool", call, error=error), None
-        violations = schema_violations(tool, call.arguments)
+        violations = schema_violations(tool, call.arguments, self.parse_limits.pattern_timeout_s)
         result = self._sandbox.call(tool.implementation, call.arguments)
         if not result.infrastructure and not self._sandbox.alive:
             result = self._recover_from_tool_death(result)

@@ -29,6 +29,7 @@ class ParseLimits:
     max_calls: int = 64  # <tool_call> blocks per message; the rest become one parse error, unexecuted
     max_call_chars: int = 1 << 16  # characters of one block (its arguments included); longer ones are not parsed
     max_literal_chars: int = 1 << 13  # Python-literal fallback (single quotes): Python's parser is superlinear
+    pattern_timeout_s: float = 0.1  # matching one argument against its schema's pattern (see spec.patterns)
 
 
 @dataclass(frozen=True)

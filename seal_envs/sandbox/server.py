@@ -36,7 +36,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from typing import Any
 
 MAX_DEPTH = 32
