@@ -174,6 +174,38 @@ def test_spec_pointers_cannot_reach_outside_the_domain(tmp_path):
             spec(python_paths=escape)
 
 
+def test_server_outside_a_container_touches_only_its_own_episodes(tmp_path):
+    """Without --sweep (the host, a debugger) reset kills only the worker's group and removes only its dir."""
+    from seal_envs.sandbox.image import SERVER_SOURCE
+
+    scratch = tmp_path / "scratch"
+    (scratch / "other").mkdir(parents=True)
+    (scratch / "other" / "keep").write_text("not ours")
+    server = subprocess.Popen([sys.executable, str(SERVER_SOURCE), "3", "4096"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env={**os.environ, "SEAL_SANDBOX_SCRATCH": str(scratch)})
+
+    def request(message: dict) -> dict:
+        server.stdin.write(json.dumps(message).encode() + b"\n")
+        server.stdin.flush()
+        return json.loads(server.stdout.readline())
+
+    reset = {"op": "reset", "classes": {"hostile_api:Store": None}, "python_paths": [str(HOSTILE)], "id": 1}
+    try:
+        assert request(reset)["ok"]
+        assert request({"op": "call", "target": "hostile_api:Store.set_value", "arguments": {"value": 3}})["ok"]
+        first = {p.name for p in scratch.iterdir()} - {"other"}
+        assert request(reset)["ok"]
+        assert (scratch / "other" / "keep").read_text() == "not ours"
+        assert not first & {p.name for p in scratch.iterdir()}  # the earlier episode's dir is gone
+    finally:
+        server.stdin.close()
+        server.wait(10)
+    if os.geteuid() == 0:
+        refused = subprocess.run([sys.executable, str(SERVER_SOURCE), "3", "4096", "--sweep"], capture_output=True,
+                                 text=True, stdin=subprocess.DEVNULL, timeout=30)
+        assert refused.returncode != 0 and "refusing --sweep as root" in refused.stderr
+
+
 def run_python(code: str, *prefix: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen([*prefix, sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env={**os.environ, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

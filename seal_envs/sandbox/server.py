@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 MAX_DEPTH = 32
-SCRATCH = "/tmp"
+SCRATCH = os.environ.get("SEAL_SANDBOX_SCRATCH", "/tmp")  # episode temp dirs (tests point it elsewhere)
 SNAPSHOT_LIMIT = 64 << 20
 PR_SET_DUMPABLE = 4
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -313,19 +313,26 @@ class Supervisor:
         return Worker(int.from_bytes(message, "little"), socket.socket(fileno=fds[0]))
 
     def _end_episode(self) -> None:
-        """Kill the episode's processes (with ``sweep``: every process but ours, which catches children that
-        left the worker's session; only sound in a container's own PID namespace) and empty the scratch dir."""
+        """Kill the episode's process group and remove its temp dir. With ``sweep`` (only in a container of
+        its own, as the sandbox user) also kill every other process and empty the whole scratch dir, which
+        catches children that left the worker's session and files written outside its temp dir."""
         if self.worker is not None:
             _kill(-self.worker.pid)
+            shutil.rmtree(episode_dir(self.worker.pid), ignore_errors=True)
             self.worker.close()
             self.worker = None
+        if not self.sweep:
+            return
         keep = {os.getpid(), 1, *(pid for pid, _ in self.zygotes.values())}
-        for name in os.listdir("/proc") if self.sweep else ():
+        for name in os.listdir("/proc"):
             if name.isdigit() and int(name) not in keep:
                 _kill(int(name))
         for entry in os.listdir(SCRATCH):
             path = os.path.join(SCRATCH, entry)
-            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else _unlink(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink(path)
 
     def _start(self, reset: dict[str, Any], deadline: float) -> dict[str, Any]:
         self._end_episode()
@@ -431,7 +438,11 @@ def _unlink(path: str) -> None:
 def serve(call_timeout_s: float, max_output_bytes: int, sweep: bool = False) -> None:
     """Serve the host until stdin closes (the owner is gone): then every process of the sandbox ends.
 
-    ``sweep``: at each reset kill every other process (pass it only as a container's main process)."""
+    ``sweep``: at each reset kill every other process and empty ``/tmp``. Only for a container's main
+    process running as the unprivileged sandbox user; refused as root, where it would wreck a host."""
+    if sweep and os.geteuid() == 0:
+        raise SystemExit("server.py: refusing --sweep as root: it kills every process and empties /tmp; it is "
+                         "meant for a sandbox container's main process running as an unprivileged user")
     host = Channel(os.dup(0), os.dup(1))
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
