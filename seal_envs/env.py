@@ -21,7 +21,7 @@ from seal_envs.interface import FailureInput, InterfaceState, evolve, render_err
 from seal_envs.parsing import ParseLimits, parse_tool_calls
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
-from seal_envs.spec.loader import ToolDomain, ToolSpec, load_domain
+from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
 from seal_envs.spec.patterns import bounded_validator
 from seal_envs.task import Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, canonical_output, episode_classes, judge_turn
@@ -88,6 +88,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', not {render_mode!r}")
         self.domains = _as_domains(domain)
+        check_module_names(self.domains)
         self.tools: dict[str, ToolSpec] = {}
         for d in self.domains:
             for tool in d.tools:

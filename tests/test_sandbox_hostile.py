@@ -128,6 +128,16 @@ def test_domains_sharing_a_module_name_each_run_their_own_code(docker_daemon):
             env.close()
 
 
+def test_one_env_refuses_two_domains_with_the_same_module_name(tmp_path):
+    renamed = tmp_path / "twin"
+    shutil.copytree(TWINS[1], renamed)
+    spec = json.loads((renamed / "tools.json").read_text())
+    spec["tools"][0]["name"] = "bump_b"
+    (renamed / "tools.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="module named 'api'"):
+        ToolUseEnv(domain=[TWINS[0], renamed], sandbox="inprocess")
+
+
 @pytest.mark.docker
 def test_edited_domain_code_runs_in_the_next_env(docker_daemon, tmp_path):
     domain = tmp_path / "twin"

@@ -231,6 +231,17 @@ def load_domain(file: Path) -> ToolDomain:
     )
 
 
+def check_module_names(domains: tuple[ToolDomain, ...]) -> None:
+    """Refuse domains whose implementations share a module name: one episode process imports only one of them."""
+    owners: dict[str, str] = {}
+    for domain in domains:
+        for module in sorted({t.class_path.split(":")[0] for t in domain.tools}):
+            other = owners.setdefault(module, domain.name)
+            if other != domain.name:
+                raise ValueError(f"domains {other!r} and {domain.name!r} both implement tools in a module named "
+                                 f"{module!r}; rename one, or use them in separate envs")
+
+
 def available_domains() -> list[str]:
     """Names of the bundled domains."""
     return sorted(p.name for p in BUNDLED_SPECS.iterdir() if (p / DOMAIN_FILE).is_file())
