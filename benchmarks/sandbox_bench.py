@@ -100,20 +100,23 @@ def throughput(boxes: list[Sandbox], seconds: float) -> tuple[float, int]:
     return sum(counts) / (time.perf_counter() - started), sum(failures)
 
 
-def ground_truth_episode(env, task, step_times: list[float] | None = None) -> float:
-    """Play ``task``'s ground truth in ``env``; returns the reward (timing each step into ``step_times``)."""
+def ground_truth_episode(env, task, step_times: list[float] | None = None) -> tuple[float | None, str]:
+    """Play ``task``'s ground truth in ``env``; returns the reward (None when the episode was masked as an
+    infrastructure error) and the last label with its reason, timing each step into ``step_times``."""
     from seal_envs.parsing import format_tool_call
 
     env.reset(options={"task_id": task.id})
-    reward = 0.0
-    for turn in task.turns:
-        answer = " ".join(turn.required_response) or "Done."
-        for action in [format_tool_call(c) for c in turn.ground_truth] + [answer]:
-            start = time.perf_counter()
-            _, reward, *_ = env.step(action)
-            if step_times is not None:
-                step_times.append(time.perf_counter() - start)
-    return float(reward)
+    actions = [a for t in task.turns
+               for a in [format_tool_call(c) for c in t.ground_truth] + [" ".join(t.required_response) or "Done."]]
+    for action in actions:
+        start = time.perf_counter()
+        _, reward, terminated, _, info = env.step(action)
+        if step_times is not None:
+            step_times.append(time.perf_counter() - start)
+        if terminated:
+            why = f"{info.get('label')}: {(info.get('diagnosis') or {}).get('reason', '')}"
+            return (None if info.get("infrastructure_error") else float(reward)), why
+    raise RuntimeError(f"task {task.id!r}: the ground truth did not end the episode")
 
 
 def env_steps(backend: str, episodes: int) -> float:
@@ -124,7 +127,9 @@ def env_steps(backend: str, episodes: int) -> float:
     steps: list[float] = []
     start = time.perf_counter()
     for i in range(episodes):
-        ground_truth_episode(env, env.tasks[i % len(env.tasks)], steps)
+        reward, why = ground_truth_episode(env, env.tasks[i % len(env.tasks)], steps)
+        if reward != 1.0:
+            print(f"   !! ground truth scored {reward}: {why}")
     rate = len(steps) / (time.perf_counter() - start)
     env.close()
     return rate
@@ -137,8 +142,8 @@ def concurrent_episodes(threads: int, seconds: float) -> None:
     config = SandboxConfig(pool_size=4)
     envs = [ToolUseEnv(domain=LEDGER, sandbox=config) for _ in range(threads)]
     failures: list[str] = []
-    wrong = [0]
-    episodes = [0]
+    masked, episodes = [0], [0]
+    causes: list[str] = []
     step_times: list[float] = []
     lock = threading.Lock()
     stop = [float("inf")]
@@ -149,17 +154,19 @@ def concurrent_episodes(threads: int, seconds: float) -> None:
             task = env.tasks[(i + episodes[0]) % len(env.tasks)]
             times: list[float] = []
             try:
-                reward = ground_truth_episode(env, task, times)
+                reward, why = ground_truth_episode(env, task, times)
             except Exception as exc:  # counted: an episode must never raise
-                reward = None
+                reward, why = 0.0, f"{type(exc).__name__}: {exc}"
                 with lock:
-                    failures.append(f"{type(exc).__name__}: {exc}"[:200])
+                    failures.append(why[:200])
             if warm_up:
                 return
             with lock:
                 episodes[0] += 1
                 step_times.extend(times)
-                wrong[0] += reward is not None and reward != 1.0
+                masked[0] += reward is None
+                if reward != 1.0:
+                    causes.append(why[:200])
             if time.perf_counter() > stop[0]:
                 return
 
@@ -173,10 +180,12 @@ def concurrent_episodes(threads: int, seconds: float) -> None:
     for env in envs:
         env.close()
     print(f"{threads} concurrent episodes for {seconds:g} s: {episodes[0]} episodes, {len(failures)} exceptions, "
-          f"{wrong[0]} ground-truth episodes not scoring 1.0; step median {1e3 * statistics.median(step_times):.2f} ms, "
+          f"{masked[0]} masked as infrastructure errors, {len(causes) - masked[0] - len(failures)} other ground-truth episodes not "
+          "scoring 1.0; "
+          f"step median {1e3 * statistics.median(step_times):.2f} ms, "
           f"p99 {1e3 * percentile(step_times, 0.99):.1f} ms", flush=True)
-    for failure in sorted(set(failures))[:5]:
-        print("   !!", failure)
+    for cause in sorted(set(causes))[:5]:
+        print("   !!", cause)
 
 
 def docker_memory(boxes: list[DockerSandbox]) -> float:

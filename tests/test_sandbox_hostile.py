@@ -317,6 +317,21 @@ def test_tool_that_kills_its_server_is_its_own_failure(hostile):
 
 
 @pytest.mark.docker
+def test_tool_that_stops_its_server_is_its_own_timeout(docker_daemon):
+    """SIGSTOP on the supervisor: the host's deadline fires; the daemon still answers, so it is the tool's."""
+    stop = textwrap.dedent("""
+        import os, signal
+        ppid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        os.kill(ppid(ppid(os.getppid())), signal.SIGSTOP)
+    """)
+    env = ToolUseEnv(domain=HOSTILE, sandbox=SandboxConfig(call_timeout_s=1.0, pool_size=1))
+    contents, reward, info = run_episode(env, act("run_code", code=stop), act("set_value", value=7))
+    env.close()
+    assert tool_output(contents[0])["error"].startswith("Timeout") and not info["infrastructure_error"]
+    assert reward == 1.0
+
+
+@pytest.mark.docker
 def test_dead_warm_sandbox_is_replaced_not_blamed_on_the_task(docker_daemon):
     from seal_envs.sandbox import get_pool
 

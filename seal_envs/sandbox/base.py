@@ -58,7 +58,8 @@ class SandboxConfig:
     """How sandboxes are made. ``backend="inprocess"`` is for debugging only: no isolation, no limits.
 
     ``call_timeout_s`` bounds one tool call (the sandbox enforces it and rebuilds the episode after it);
-    ``daemon_timeout_s`` bounds every request to the Docker daemon; ``cpus`` caps a sandbox's CPU share.
+    ``daemon_timeout_s`` bounds every request to the Docker daemon; ``max_starts`` caps the container starts
+    a process has in flight (so that they finish within that deadline); ``cpus`` caps a sandbox's CPU share.
     """
 
     backend: Literal["docker", "inprocess"] = "docker"
@@ -68,7 +69,8 @@ class SandboxConfig:
     tmpfs_size: str = "16m"
     cpus: float = 1.0
     call_timeout_s: float = 10.0
-    daemon_timeout_s: float = 20.0
+    daemon_timeout_s: float = 30.0
+    max_starts: int = 8
     max_output_bytes: int = 1 << 16
     pool_size: int = 4  # warm sandboxes kept ready per process
 

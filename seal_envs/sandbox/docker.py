@@ -48,12 +48,13 @@ _client_lock = threading.Lock()
 _live: dict[str, DockerSandbox] = {}  # container id -> sandbox, removed at interpreter exit
 _live_lock = threading.Lock()
 _extra_mounts: set[str] = set()  # python_paths seen by this process, mounted into every new container
+_starts: threading.BoundedSemaphore | None = None  # container starts in flight, see SandboxConfig.max_starts
 
 
 def _after_fork_in_child() -> None:
     """A forked child (Ray worker, multiprocessing) must not reuse the parent's connection or containers."""
-    global _client, _client_lock, _live_lock
-    _client, _client_lock, _live_lock = None, threading.Lock(), threading.Lock()
+    global _client, _client_lock, _live_lock, _starts
+    _client, _client_lock, _live_lock, _starts = None, threading.Lock(), threading.Lock(), None
     _live.clear()
 
 
@@ -62,6 +63,16 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def daemon_address() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def start_slots(limit: int) -> threading.BoundedSemaphore:
+    """The process's cap on container starts in flight (the first caller sets it): a daemon asked for
+    hundreds at once answers none within its deadline, and every episode waiting on one would be masked."""
+    global _starts
+    with _client_lock:
+        if _starts is None:
+            _starts = threading.BoundedSemaphore(limit)
+        return _starts
 
 
 def docker_client(timeout_s: float | None = None) -> docker.DockerClient:
@@ -148,7 +159,8 @@ class DockerSandbox(Sandbox):
         self._call_reply_limit = 12 * self.config.max_output_bytes + (64 << 10)  # JSON escaping grows text
         self._request_id = 0
         self.container_id = ""
-        self._start()
+        with start_slots(self.config.max_starts):
+            self._start()
 
     # -------------------------------------------------------------- container lifecycle
 
@@ -286,9 +298,12 @@ class DockerSandbox(Sandbox):
             self._socket.settimeout(timeout_s)
             self._socket.sendall(json.dumps({**request, "id": self._request_id}).encode() + b"\n")
             line = self._read_line(deadline, limit)
-        except TimeoutError:
+        except TimeoutError:  # the supervisor is stuck (a tool stopped it) unless the daemon relaying it is
+            frozen = not self._daemon_answers()
             return {"ok": False, "failure": self._kill(CallResult(
-                ok=False, error_type="Timeout", error=f"the sandbox did not answer within {timeout_s:g} s"))}
+                ok=False, error_type="SandboxLost" if frozen else "Timeout", infrastructure=frozen,
+                error=f"the sandbox did not answer within {timeout_s:g} s"
+                      + (" and the Docker daemon does not answer either" if frozen else "")))}
         except (EOFError, OSError) as exc:
             return {"ok": False, "failure": self._kill(self._diagnose_exit(exc))}
         reply = None
@@ -302,6 +317,12 @@ class DockerSandbox(Sandbox):
             return {"ok": False, "failure": self._kill(CallResult(
                 ok=False, error_type="ProtocolError", error=f"the sandbox answered out of protocol: {shown}"))}
         return reply
+
+    def _daemon_answers(self) -> bool:
+        try:
+            return bool(self._client.ping())
+        except DOCKER_FAULTS:
+            return False
 
     def _diagnose_exit(self, exc: BaseException) -> CallResult:
         """Why the stream ended: the tool's fault (OOM, crashed server) or ours (container or daemon gone)."""
@@ -348,6 +369,8 @@ class DockerSandbox(Sandbox):
             failure: CallResult = reply["failure"]
             raise SandboxError(f"the sandbox failed while loading the task state: {failure.error_type}: "
                                f"{failure.error}")
+        if reply.get("sandbox"):
+            raise SandboxError(f"the sandbox cannot start an episode: {_error_text(reply)}")
         raise ValueError(f"cannot load the task state: {_error_text(reply)}")
 
     def _mount(self, paths: list[str]) -> None:

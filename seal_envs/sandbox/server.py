@@ -21,7 +21,8 @@ Requests and replies, one JSON object per line, replies echo the request's ``id`
   {"op": "snapshot"}                                                      -> {"ok": true, "state": {...}}
   {"op": "ping"}                                                          -> {"ok": true}
 Failures reply {"ok": false, "error": {"type": "ExceptionName", "message": "..."}}; a failed call after
-which the episode's state could not be rebuilt also carries ``"lost": true``.
+which the episode's state could not be rebuilt also carries ``"lost": true``, a reset that could not start
+an episode process ``"sandbox": true``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ MAX_DEPTH = 32
 SCRATCH = os.environ.get("SEAL_SANDBOX_SCRATCH", "/tmp")  # episode temp dirs (tests point it elsewhere)
 SNAPSHOT_LIMIT = 64 << 20
 PR_SET_DUMPABLE = 4
+REAP_WAIT_S = 1.0
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
@@ -239,7 +241,13 @@ def _zygote_main(control: socket.socket, python_paths: list[str], modules: list[
         if not control.recv(1):
             os._exit(0)
         ours, theirs = socket.socketpair()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # the pids limit: answer with no socket, the supervisor reports it
+            control.sendall(bytes(8))
+            ours.close()
+            theirs.close()
+            continue
         if pid == 0:
             control.close()
             ours.close()
@@ -279,6 +287,10 @@ class Worker:
         self.sock.close()
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot start an episode process: the host should use another sandbox, not blame the task."""
+
+
 class Supervisor:
     """Owns the host channel; runs no tool code. One episode at a time."""
 
@@ -309,7 +321,8 @@ class Supervisor:
         control.sendall(b"s")
         message, fds, _, _ = socket.recv_fds(control, 8, 1)
         if not fds:
-            raise RuntimeError("the domain's zygote process died")
+            raise SandboxUnavailable("could not fork an episode process (its zygote died or the pids limit "
+                                     "is reached)")
         return Worker(int.from_bytes(message, "little"), socket.socket(fileno=fds[0]))
 
     def _end_episode(self) -> None:
@@ -324,9 +337,12 @@ class Supervisor:
         if not self.sweep:
             return
         keep = {os.getpid(), 1, *(pid for pid, _ in self.zygotes.values())}
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in keep:
-                _kill(int(name))
+        killed = [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) not in keep]
+        for pid in killed:
+            _kill(pid)
+        deadline = time.monotonic() + REAP_WAIT_S  # their pids count against the limit until init reaps them
+        while any(os.path.exists(f"/proc/{pid}") for pid in killed) and time.monotonic() < deadline:
+            time.sleep(0.001)
         for entry in os.listdir(SCRATCH):
             path = os.path.join(SCRATCH, entry)
             if os.path.isdir(path) and not os.path.islink(path):
@@ -336,7 +352,10 @@ class Supervisor:
 
     def _start(self, reset: dict[str, Any], deadline: float) -> dict[str, Any]:
         self._end_episode()
-        self.worker = self._spawn(reset)
+        try:
+            self.worker = self._spawn(reset)
+        except OSError as exc:  # fork failed (pids limit) or the zygote's socket broke
+            raise SandboxUnavailable(f"could not start an episode process: {exc}") from exc
         return self.worker.request(reset, deadline, SNAPSHOT_LIMIT)
 
     def _rebuild(self) -> bool:
@@ -404,7 +423,9 @@ class Supervisor:
             except TimeoutError:
                 return error_reply("Timeout", f"loading the task state took over {self.call_timeout_s:g} s",
                                    self.max_output_bytes)
-            except (EOFError, ValueError, OSError, RuntimeError) as exc:
+            except SandboxUnavailable as exc:
+                return error_reply("SandboxUnavailable", str(exc), self.max_output_bytes, sandbox=True)
+            except (EOFError, ValueError, OSError) as exc:
                 return error_reply("TaskLoadCrashed", f"the episode process died while loading the task state "
                                    f"({exc or type(exc).__name__})", self.max_output_bytes)
         if op in ("call", "snapshot"):
