@@ -304,8 +304,10 @@ class Supervisor:
     def _zygote(self, python_paths: list[str], code: str, modules: list[str]) -> socket.socket:
         key = (code, *python_paths)
         known = self.zygotes.get(key)
-        if known is not None and _alive(known[0]):
-            return known[1]
+        if known is not None:
+            if _alive(known[0]):
+                return known[1]
+            known[1].close()  # a tool killed it: start another
         ours, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
