@@ -3,7 +3,9 @@
     DOCKER_HOST=unix:///tmp/seal-docker/docker.sock python benchmarks/sandbox_bench.py [--calls 2000]
 
 Prints container start, warm-pool reset, call round trip (median/p99), calls/s with N concurrent
-sandboxes driven from threads, env steps/s on the ledger test domain, and memory per sandbox.
+sandboxes driven from threads, env steps/s on the ledger test domain, memory per sandbox, and N concurrent
+ground-truth episodes (``--episodes-concurrency``): exceptions, episodes not scoring 1.0, step latency.
+To compare with another checkout, run this file with that checkout first on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from seal_envs.sandbox.docker import DockerSandbox, docker_client
 from seal_envs.sandbox.inprocess import InProcessSandbox
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = [str(ROOT / "tests" / "fixtures")]
+PATHS = [str(ROOT / "tests" / "fixtures" / "evil")]
 LEDGER = ROOT / "tests" / "fixtures" / "ledger"
 CLASSES = {"evil_tools:EvilTools": {"counter": 0}}
 TARGET = "evil_tools:EvilTools.add"
@@ -98,24 +100,92 @@ def throughput(boxes: list[Sandbox], seconds: float) -> tuple[float, int]:
     return sum(counts) / (time.perf_counter() - started), sum(failures)
 
 
+def ground_truth_episode(env, task, step_times: list[float] | None = None) -> tuple[float | None, str]:
+    """Play ``task``'s ground truth in ``env``; returns the reward (None when the episode was masked as an
+    infrastructure error) and the last label with its reason, timing each step into ``step_times``."""
+    from seal_envs.parsing import format_tool_call
+
+    env.reset(options={"task_id": task.id})
+    actions = [a for t in task.turns
+               for a in [format_tool_call(c) for c in t.ground_truth] + [" ".join(t.required_response) or "Done."]]
+    for action in actions:
+        start = time.perf_counter()
+        _, reward, terminated, _, info = env.step(action)
+        if step_times is not None:
+            step_times.append(time.perf_counter() - start)
+        if terminated:
+            why = f"{info.get('label')}: {(info.get('diagnosis') or {}).get('reason', '')}"
+            return (None if info.get("infrastructure_error") else float(reward)), why
+    raise RuntimeError(f"task {task.id!r}: the ground truth did not end the episode")
+
+
 def env_steps(backend: str, episodes: int) -> float:
     """Steps/s of ToolUseEnv replaying the ledger tasks' ground truth."""
     from seal_envs.env import ToolUseEnv
-    from seal_envs.parsing import format_tool_call
 
     env = ToolUseEnv(domain=LEDGER, sandbox=SandboxConfig(backend=backend))
-    steps, start = 0, time.perf_counter()
+    steps: list[float] = []
+    start = time.perf_counter()
     for i in range(episodes):
-        task = env.tasks[i % len(env.tasks)]
-        env.reset(seed=i, options={"task_id": task.id})
-        for turn in task.turns:
-            answer = " ".join(turn.required_response) or "Done."
-            for action in [format_tool_call(c) for c in turn.ground_truth] + [answer]:
-                env.step(action)
-                steps += 1
-    rate = steps / (time.perf_counter() - start)
+        reward, why = ground_truth_episode(env, env.tasks[i % len(env.tasks)], steps)
+        if reward != 1.0:
+            print(f"   !! ground truth scored {reward}: {why}")
+    rate = len(steps) / (time.perf_counter() - start)
     env.close()
     return rate
+
+
+def concurrent_episodes(threads: int, seconds: float) -> None:
+    """``threads`` envs (one Docker sandbox each) replaying ledger ground truth at once for ``seconds``."""
+    from seal_envs.env import ToolUseEnv
+
+    config = SandboxConfig(pool_size=4)
+    envs = [ToolUseEnv(domain=LEDGER, sandbox=config) for _ in range(threads)]
+    failures: list[str] = []
+    masked, episodes = [0], [0]
+    causes: list[str] = []
+    step_times: list[float] = []
+    lock = threading.Lock()
+    stop = [float("inf")]
+
+    def run(i: int, warm_up: bool) -> None:
+        env = envs[i]
+        while True:
+            task = env.tasks[(i + episodes[0]) % len(env.tasks)]
+            times: list[float] = []
+            try:
+                reward, why = ground_truth_episode(env, task, times)
+            except Exception as exc:  # counted: an episode must never raise
+                reward, why = 0.0, f"{type(exc).__name__}: {exc}"
+                with lock:
+                    failures.append(why[:200])
+            if warm_up:
+                return
+            with lock:
+                episodes[0] += 1
+                step_times.extend(times)
+                masked[0] += reward is None
+                if reward != 1.0:
+                    causes.append(why[:200])
+            if time.perf_counter() > stop[0]:
+                return
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:  # every env gets its sandbox first
+        list(pool.map(lambda i: run(i, True), range(threads)))
+    print(f"(warmed {threads} envs with their sandboxes in {time.perf_counter() - start:.1f} s)", flush=True)
+    stop[0] = time.perf_counter() + seconds
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda i: run(i, False), range(threads)))
+    for env in envs:
+        env.close()
+    print(f"{threads} concurrent episodes for {seconds:g} s: {episodes[0]} episodes, {len(failures)} exceptions, "
+          f"{masked[0]} masked as infrastructure errors, {len(causes) - masked[0] - len(failures)} other ground-truth episodes not "
+          "scoring 1.0; "
+          f"step median {1e3 * statistics.median(step_times):.2f} ms, "
+          f"p99 {1e3 * percentile(step_times, 0.99):.1f} ms", flush=True)
+    for cause in sorted(set(causes))[:5]:
+        print("   !!", cause)
 
 
 def docker_memory(boxes: list[DockerSandbox]) -> float:
@@ -134,6 +204,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput run")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--episodes-concurrency", type=int, default=0, help="N concurrent env episodes (0: skip)")
+    parser.add_argument("--episodes-seconds", type=float, default=30.0)
     args = parser.parse_args()
     top = max(args.concurrency)
     docker_config = SandboxConfig(pool_size=4)
@@ -184,6 +256,8 @@ def main() -> None:
     local_pool.close()
 
     row("env steps/s (ledger ground truth)", env_steps("docker", 40), env_steps("inprocess", 40), "steps/s")
+    if args.episodes_concurrency:
+        concurrent_episodes(args.episodes_concurrency, args.episodes_seconds)
 
 
 if __name__ == "__main__":

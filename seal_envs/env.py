@@ -15,40 +15,38 @@ env's ``Protocol`` (SEAL's own, or a benchmark's, e.g. BFCL's).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
-import jsonschema
 
 from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
+from seal_envs.parsing import ParseLimits
 from seal_envs.protocol import NATIVE, Protocol
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
-from seal_envs.spec.loader import ToolDomain, ToolSpec, load_domain
+from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
+from seal_envs.spec.patterns import bounded_validator
 from seal_envs.task import Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
+log = logging.getLogger(__name__)
 Mode = Literal["train", "eval"]
 RESET_ATTEMPTS = 3
 
 
-@cache
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
-
-
-def schema_violations(tool: ToolSpec, arguments: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def schema_violations(tool: ToolSpec, arguments: dict[str, Any],
+                      pattern_timeout_s: float = ParseLimits.pattern_timeout_s) -> tuple[dict[str, Any], ...]:
     """Where ``arguments`` break the tool's schema: missing, unknown, wrongly typed or out-of-enum arguments."""
     props = tool.parameters.get("properties", {})
     found: list[dict[str, Any]] = [{"kind": "missing", "argument": a} for a in tool.required if a not in arguments]
     found += [{"kind": "unknown", "argument": a} for a in arguments if a not in props]
     known = {k: v for k, v in arguments.items() if k in props}
     schema = {**tool.parameters, "required": []}
-    for error in _validator(json.dumps(schema, sort_keys=True)).iter_errors(known):
+    for error in bounded_validator(schema, pattern_timeout_s).iter_errors(known):
         argument = error.absolute_path[0] if error.absolute_path else None
         if error.validator == "type":
             found.append({"kind": "type", "argument": argument, "expected": error.validator_value})
@@ -76,6 +74,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         system_prompt: base system prompt (a task's own prompt wins); None: no system message.
         interface: a starting interface state for training envs (e.g. loaded from a checkpoint).
         protocol: the benchmark's conversation rules (decoding, reachable functions, result wording).
+        parse_limits: caps on the calls and call size one assistant message may carry.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -91,12 +90,14 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         interface: InterfaceState | None = None,
         render_mode: str | None = None,
         protocol: Protocol = NATIVE,
+        parse_limits: ParseLimits = ParseLimits(),
     ):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', not {mode!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', not {render_mode!r}")
         self.domains = _as_domains(domain)
+        check_module_names(self.domains)
         self.tools: dict[str, ToolSpec] = {}
         for d in self.domains:
             for tool in d.tools:
@@ -115,10 +116,12 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.mode: Mode = mode
         self.sandbox_config = SandboxConfig(backend=sandbox) if isinstance(sandbox, str) else sandbox
         self.max_steps_per_turn = max_steps_per_turn
+        self.parse_limits = parse_limits
         self.system_prompt = system_prompt
         self.render_mode = render_mode
         self.protocol = protocol
         self.python_paths = tuple(str(p) for d in self.domains for p in d.python_paths)
+        self._code = "+".join(d.code_hash() for d in self.domains)  # the tool code running now
         self._interface = InterfaceState() if mode == "eval" or interface is None else interface
         self.action_space = UnicodeText(max_length=1 << 16)
         self.observation_space = ChatMessages()
@@ -158,30 +161,37 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
     def _load_episode(self, task: Task) -> tuple[TurnReference, ...] | None:
         """Take a sandbox, compute (or reuse) the reference replay, load the initial state.
 
-        Returns None and sets ``_task_error`` when the task itself cannot be executed.
+        Returns None and sets ``_task_error`` when the task itself cannot be executed, or
+        ``_infrastructure_error`` when no sandbox can be had (the daemon is down): the first step then ends
+        the episode with that label instead of ``reset`` raising inside a rollout.
         """
-        pool = get_pool(self.sandbox_config)
         for attempt in range(RESET_ATTEMPTS):
-            if self._sandbox is None:
-                self._sandbox = pool.acquire()
             try:
-                reference = REFERENCES.get(task, self._sandbox, self.tools, self.python_paths, self.protocol)
-                self._sandbox.reset(episode_classes(task, self.tools), self.python_paths)
+                if self._sandbox is None:
+                    self._sandbox = get_pool(self.sandbox_config).acquire()
+            except SandboxError as exc:  # no sandbox starts: retrying would only wait for the daemon again
+                return self._no_sandbox(task, str(exc))
+            try:
+                reference = REFERENCES.get(task, self._sandbox, self.tools, self.python_paths, self.protocol, self._code)
+                self._sandbox.reset(episode_classes(task, self.tools), self.python_paths, self._code)
                 return reference
-            except SandboxError as exc:
-                pool.discard(self._sandbox)
-                self._sandbox = None
+            except SandboxError as exc:  # e.g. a warm sandbox that died with a restarted daemon: take another
+                self._sandbox_failed()
                 if attempt == RESET_ATTEMPTS - 1:
-                    raise SandboxError(f"could not start a sandbox after {RESET_ATTEMPTS} attempts: {exc}") from exc
+                    return self._no_sandbox(task, f"{RESET_ATTEMPTS} sandboxes failed: {exc}")
             except (ValueError, KeyError, TypeError) as exc:
                 self._task_error = f"task {task.id!r} cannot be executed: {exc}"
                 return None
         raise AssertionError("unreachable")
 
+    def _no_sandbox(self, task: Task, reason: str) -> None:
+        self._infrastructure_error = reason
+        log.warning("episode of task %r masked as an infrastructure error: %s", task.id, reason)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         task = self._pick_task(options)
-        self._task, self._task_error = task, None
+        self._task, self._task_error, self._infrastructure_error = task, None, None
         self._reference = self._load_episode(task)
         self._episode_interface = self._interface
         self._available = list(task.tools if task.tools is not None else self.tools)
@@ -196,7 +206,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         observation = self._start_turn()
         self.messages.extend(observation)
         observation = tuple(self.messages)
-        return observation, self._info(task_error=self._task_error)
+        return observation, self._info(task_error=self._task_error, infrastructure_error=self._infrastructure_error)
 
     def _start_turn(self) -> list[Message]:
         turn = self._task.turns[self._turn]
@@ -226,7 +236,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         tool = self.protocol.resolve(call, self._task, self._available, self.tools)
         if isinstance(tool, str):
             return CallRecord(self._steps_in_turn, "unknown_tool", call, error=tool), None
-        violations = schema_violations(tool, call.arguments)
+        violations = schema_violations(tool, call.arguments, self.parse_limits.pattern_timeout_s)
         result = self._sandbox.call(tool.implementation, call.arguments)
         if not result.infrastructure and not self._sandbox.alive:
             result = self._recover_from_tool_death(result)
@@ -248,7 +258,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self._sandbox_failed()
         try:
             self._sandbox = get_pool(self.sandbox_config).acquire()
-            self._sandbox.reset(episode_classes(self._task, self.tools), self.python_paths)
+            self._sandbox.reset(episode_classes(self._task, self.tools), self.python_paths, self._code)
             for target, arguments in self._executed:
                 if self._sandbox.call(target, arguments).infrastructure:
                     raise SandboxError("replay into the replacement sandbox failed")
@@ -265,7 +275,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             raise RuntimeError("the episode is over; call reset() first")
         if self._task_error is not None:
             return self._finish_with(Label.TASK_ERROR, self._task_error)
-        parsed = self.protocol.decode(action)
+        if self._infrastructure_error is not None:
+            return self._finish_with(Label.INFRASTRUCTURE_ERROR, self._infrastructure_error)
+        parsed = self.protocol.decode(action, self.parse_limits)
         acted_turn = self._turn  # info["turn"] is the turn this action belongs to, even when it ends it
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1

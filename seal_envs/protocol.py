@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seal_envs.interface import InterfaceState, render_tool
-from seal_envs.parsing import ParsedAction, parse_tool_calls
+from seal_envs.parsing import ParseLimits, ParsedAction, parse_tool_calls
 from seal_envs.sandbox.base import CallResult
 from seal_envs.spec.loader import ToolSpec
 from seal_envs.task import Task, ToolCall
@@ -24,9 +24,9 @@ class Protocol:
 
     name = "seal"
 
-    def decode(self, action: str) -> ParsedAction:
+    def decode(self, action: str, limits: ParseLimits = ParseLimits()) -> ParsedAction:
         """The calls the env executes from one assistant message (and the blocks it could not use)."""
-        return parse_tool_calls(action)
+        return parse_tool_calls(action, limits)
 
     def resolve(self, call: ToolCall, task: Task, available: Sequence[str],
                 tools: Mapping[str, ToolSpec]) -> ToolSpec | str:

@@ -55,10 +55,10 @@ def episode_classes(task: Task, tools: Mapping[str, ToolSpec]) -> dict[str, Any]
 
 
 def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
-                     protocol: Protocol = NATIVE) -> tuple[TurnReference, ...]:
+                     protocol: Protocol = NATIVE, code: str = "") -> tuple[TurnReference, ...]:
     """Execute the ground truth turn by turn from the initial state and record state and outputs (in the
-    protocol's comparable form)."""
-    sandbox.reset(episode_classes(task, tools), python_paths)
+    protocol's comparable form, in a fresh episode process of the sandbox, which no agent's call has touched)."""
+    sandbox.reset(episode_classes(task, tools), python_paths, code)
     references = []
     for turn in task.turns:
         outputs = []
@@ -114,19 +114,20 @@ def task_fingerprint(task: Task) -> str:
 
 
 class ReferenceCache:
-    """Process-wide cache of ground-truth replays (they are deterministic), safe across threads."""
+    """Process-wide cache of ground-truth replays (they are deterministic), safe across threads; keyed by the
+    task and the domain's code (``ToolDomain.code_hash``), so edited tool code is replayed again."""
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[TurnReference, ...]] = {}
         self._lock = threading.Lock()
 
     def get(self, task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
-            protocol: Protocol = NATIVE) -> tuple[TurnReference, ...]:
-        key = f"{protocol.name}/{task_fingerprint(task)}"
+            protocol: Protocol = NATIVE, code: str = "") -> tuple[TurnReference, ...]:
+        key = f"{protocol.name}/{task_fingerprint(task)}/{code}"
         with self._lock:
             cached = self._cache.get(key)
         if cached is None:
-            cached = replay_reference(task, sandbox, tools, python_paths, protocol)
+            cached = replay_reference(task, sandbox, tools, python_paths, protocol, code)
             with self._lock:
                 self._cache[key] = cached
         return cached

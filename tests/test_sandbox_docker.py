@@ -24,7 +24,7 @@ from seal_envs.sandbox.pool import SandboxPool
 pytestmark = pytest.mark.docker
 
 FIXTURES = Path(__file__).parent / "fixtures"
-PATHS = [str(FIXTURES)]
+PATHS = [str(FIXTURES / "evil")]
 EVIL = "evil_tools:EvilTools"
 CLASSES = {EVIL: {"counter": 5, "notes": ["a"]}}
 CONFIG = SandboxConfig(call_timeout_s=2.0, mem_limit="128m", pids_limit=32, max_output_bytes=4096, pool_size=2)
@@ -94,55 +94,46 @@ def test_unloadable_state_is_a_value_error(sandbox):
 def test_output_is_capped(sandbox):
     capped = call(sandbox, "big_output", size=100_000)
     assert capped.ok and len(capped.output["truncated_output"]) == CONFIG.max_output_bytes
-    huge_error = call(sandbox, "fail", message="e" * 200_000)  # the server does not cap errors: we do
-    assert huge_error.error_type == "OutputTooLarge" and not huge_error.infrastructure
+    huge_error = call(sandbox, "fail", message="e" * 200_000)  # errors are capped like outputs
+    assert huge_error.error_type == "RuntimeError" and not huge_error.infrastructure
+    assert len(huge_error.error) < CONFIG.max_output_bytes + 100 and "truncated" in huge_error.error
     assert sandbox.alive and call(sandbox, "add", amount=1).ok  # the stream stays in sync
     assert call(sandbox, "print_noise", size=1_000_000).output == "printed"
 
 
-def test_hung_tool_times_out_and_the_next_episode_works(pool):
+def test_hung_tool_times_out_and_the_episode_goes_on(pool):
     box = pool.acquire()
     box.reset(CLASSES, PATHS)
+    assert call(box, "add", amount=1).ok
     start = time.monotonic()
     result = call(box, "hang")
     assert result.error_type == "Timeout" and not result.infrastructure
     assert time.monotonic() - start < CONFIG.call_timeout_s + 2
-    assert not box.alive
-    assert call(box, "add", amount=1).error_type == "Timeout"  # later calls repeat the cause
-    with pytest.raises(SandboxError):
-        box.reset(CLASSES, PATHS)
-    with pytest.raises(SandboxError):
-        box.snapshot()
-    pool.discard(box)
-    fresh = pool.acquire()
-    fresh.reset(CLASSES, PATHS)
-    assert call(fresh, "add", amount=1).output == {"counter": 6}
-    pool.release(fresh)
+    assert box.alive  # the supervisor killed the episode process and rebuilt its state
+    assert call(box, "add", amount=1).output == {"counter": 7}
+    pool.release(box)
 
 
-@pytest.mark.parametrize("method, arguments, error_type, survives", [
-    ("network", {}, "ConnectionRefusedError", True),
-    ("write_file", {"path": "/etc/passwd"}, "OSError", True),
-    ("write_file", {"path": sys.prefix + "/evil"}, "OSError", True),
-    ("fork_bomb", {}, "BlockingIOError", False),
-    ("allocate", {"megabytes": 400}, "OutOfMemory", False),
-    ("corrupt_channel", {}, "ProtocolError", False),
-    ("crash", {}, "SandboxCrashed", False),
+@pytest.mark.parametrize("method, arguments, error_type", [
+    ("network", {}, "ConnectionRefusedError"),
+    ("write_file", {"path": "/etc/passwd"}, "OSError"),
+    ("write_file", {"path": sys.prefix + "/evil"}, "OSError"),
+    ("fork_bomb", {}, "BlockingIOError"),
+    ("allocate", {"megabytes": 400}, "OutOfMemory"),
+    ("crash", {}, "SandboxCrashed"),
 ])
-def test_misbehaving_tool_is_contained(pool, method, arguments, error_type, survives):
+def test_misbehaving_tool_is_contained(pool, method, arguments, error_type):
+    """Each is the tool's failure (diagnosed, not masked); the episode's state survives it, and the next
+    episode starts clean."""
     box = pool.acquire()
     box.reset(CLASSES, PATHS)
+    assert call(box, "add", amount=1).ok
     result = call(box, method, **arguments)
     assert not result.ok and result.error_type == error_type and not result.infrastructure, result
-    assert box.alive is survives
-    if survives:
-        pool.release(box)
-    else:
-        pool.discard(box)
-    nxt = pool.acquire()
-    nxt.reset(CLASSES, PATHS)
-    assert call(nxt, "add", amount=1).output == {"counter": 6}
-    pool.release(nxt)
+    assert box.alive and box.snapshot()[EVIL]["counter"] == 6
+    box.reset(CLASSES, PATHS)
+    assert call(box, "add", amount=1).output == {"counter": 6}
+    pool.release(box)
 
 
 def test_container_removed_from_outside_is_infrastructure(pool, docker_daemon):

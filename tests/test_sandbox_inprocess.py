@@ -10,7 +10,7 @@ import pytest
 from seal_envs.sandbox import CallResult, SandboxConfig, get_pool
 from seal_envs.sandbox.inprocess import InProcessSandbox
 
-PATHS = [str(Path(__file__).parent / "fixtures")]
+PATHS = [str(Path(__file__).parent / "fixtures" / "evil")]
 EVIL = "evil_tools:EvilTools"
 CLASSES = {EVIL: {"counter": 5, "notes": ["a"]}}
 CONFIG = SandboxConfig(backend="inprocess", max_output_bytes=100, pool_size=2)

@@ -60,16 +60,16 @@ def test_missing_file(tmp_path):
         load_domain(tmp_path)
 
 
-def _two_splits(split):
-    return {"train": ["t1", "t2"], "eval": ["e1"]}[split]
-
-
 def test_a_domain_can_declare_its_own_task_splits(tmp_path):
-    d = load_domain(write(tmp_path, {**domain(GOOD_TOOL), "task_splits": f"{__name__}:_two_splits"}))
+    (tmp_path / "splits.py").write_text("def two(split):\n    return ('t1', 't2') if split == 'train' else ('e1',)\n")
+    d = load_domain(write(tmp_path, {**domain(GOOD_TOOL), "task_splits": "splits:two"}))
     assert d.split_tasks("train") == ("t1", "t2") and d.split_tasks("eval") == ("e1",)
-    assert load_domain("bfcl").task_splits == "seal_envs.bfcl:bfcl_tasks"
+    assert load_domain("bfcl").task_splits == "splits:bfcl_tasks"
+    assert len(load_domain("shop").split_tasks("eval")) == 24  # tool_specs/shop/synthetic.py
+    plain = tmp_path / "plain"
+    plain.mkdir()
     with pytest.raises(ValueError, match="declares no task_splits"):
-        load_domain("shop").split_tasks("train")
+        load_domain(write(plain, domain(GOOD_TOOL))).split_tasks("train")
     with pytest.raises(SpecError) as err:
         load_domain(write(tmp_path, {**domain(GOOD_TOOL), "task_splits": "not a callable path"}))
     assert err.value.json_path == "$.task_splits"

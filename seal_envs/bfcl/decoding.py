@@ -14,7 +14,7 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from seal_envs.parsing import ParsedAction, ParseError, parse_tool_calls
+from seal_envs.parsing import ParseLimits, ParsedAction, ParseError, parse_tool_calls
 from seal_envs.task import ToolCall
 
 REJECTED = "BFCL's Qwen/Hermes decoder does not accept this call (it needs a JSON object with \"name\" and " \
@@ -51,12 +51,13 @@ def bfcl_calls(action: str) -> list[ToolCall]:
     return calls
 
 
-def decode(action: str) -> ParsedAction:
-    """BFCL's calls from ``action``; the other blocks a tolerant reader finds become parse errors."""
+def decode(action: str, limits: ParseLimits = ParseLimits()) -> ParsedAction:
+    """BFCL's calls from ``action``; the other blocks a tolerant reader finds (within ``limits``) become parse
+    errors."""
     if not isinstance(action, str):
-        return parse_tool_calls(action)
+        return parse_tool_calls(action, limits)
     calls = bfcl_calls(action)
-    seen = parse_tool_calls(model_response(action))
+    seen = parse_tool_calls(model_response(action), limits)
     errors = list(seen.errors)
     unmatched = list(calls)
     for call in seen.calls:

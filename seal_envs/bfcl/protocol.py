@@ -33,7 +33,7 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from seal_envs.bfcl.checker import call_string
 from seal_envs.bfcl.decoding import decode
 from seal_envs.interface import InterfaceState
-from seal_envs.parsing import ParsedAction
+from seal_envs.parsing import ParseLimits, ParsedAction
 from seal_envs.protocol import Protocol
 from seal_envs.sandbox.base import CallResult
 from seal_envs.spec.loader import ToolSpec
@@ -104,8 +104,8 @@ class BFCLProtocol(Protocol):
 
     name = "bfcl"
 
-    def decode(self, action: str) -> ParsedAction:
-        return decode(action)
+    def decode(self, action: str, limits: ParseLimits = ParseLimits()) -> ParsedAction:
+        return decode(action, limits)
 
     def resolve(self, call: ToolCall, task: Task, available: Sequence[str],
                 tools: Mapping[str, ToolSpec]) -> ToolSpec | str:

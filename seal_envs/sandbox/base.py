@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,24 +31,49 @@ class CallResult:
     text: str | None = field(default=None, compare=False)
 
     def render(self) -> str:
-        """The text the policy sees as the tool message."""
-        import json
-
+        """The text the policy sees as the tool message (always valid Unicode: tokenizers reject lone
+        surrogates, which tools can return)."""
         if self.ok:
-            return self.output if isinstance(self.output, str) else json.dumps(self.output)
-        return json.dumps({"error": f"{self.error_type}: {self.error}"})
+            return valid_text(self.output if isinstance(self.output, str) else json.dumps(self.output))
+        return valid_text(json.dumps({"error": f"{self.error_type}: {self.error}"}))
+
+
+def valid_text(text: str) -> str:
+    """``text`` with anything that is not encodable Unicode (lone surrogates) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+UNREADABLE_STATE = "__unreadable_state__"
+
+
+def unreadable_state(reason: str) -> dict[str, Any]:
+    """What ``snapshot`` returns when a tool broke its own episode process: no reference state has this key,
+    so the turn fails on state (a diagnosed failure, never a masked one)."""
+    return {UNREADABLE_STATE: reason}
 
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """How sandboxes are made. ``backend="inprocess"`` is for debugging only: no isolation, no limits."""
+    """How sandboxes are made. ``backend="inprocess"`` is for debugging only: no isolation, no limits.
+
+    ``call_timeout_s`` bounds one tool call (the sandbox enforces it and rebuilds the episode after it);
+    ``daemon_timeout_s`` bounds every request to the Docker daemon; ``max_starts`` caps the container starts
+    a process has in flight (so that they finish within that deadline); ``cpus`` caps a sandbox's CPU share.
+    """
 
     backend: Literal["docker", "inprocess"] = "docker"
     image: str | None = None  # None: the SEAL tool image, built on first use
     mem_limit: str = "256m"
     pids_limit: int = 64
     tmpfs_size: str = "16m"
+    cpus: float = 1.0
     call_timeout_s: float = 10.0
+    daemon_timeout_s: float = 30.0
+    max_starts: int = 8
     max_output_bytes: int = 1 << 16
     pool_size: int = 4  # warm sandboxes kept ready per process
 
@@ -56,8 +82,10 @@ class Sandbox(abc.ABC):
     """One isolated tool server, reused across episodes (``reset`` loads a fresh state)."""
 
     @abc.abstractmethod
-    def reset(self, classes: dict[str, Any], python_paths: list[str] | tuple[str, ...] = ()) -> None:
-        """Instantiate each ``package.module:Class`` and load its initial state (None: default state).
+    def reset(self, classes: dict[str, Any], python_paths: list[str] | tuple[str, ...] = (), code: str = "") -> None:
+        """Start a fresh episode: instantiate each ``package.module:Class`` and load its initial state (None:
+        default state). ``code`` identifies the domain's code (``ToolDomain.code_hash``): code that changed is
+        imported afresh.
 
         Raises ``SandboxError`` when the sandbox is dead, ``ValueError`` when the state cannot be loaded.
         """

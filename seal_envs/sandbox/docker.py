@@ -1,13 +1,15 @@
 """Docker sandbox: one long-lived, locked-down container per sandbox running the stdlib tool server.
 
-Calls travel as JSON lines over the container's attach socket (about 0.1 ms), never one ``docker exec``
-per call (about 40 ms). A call that outlives ``call_timeout_s`` kills the container: the sandbox is then
-dead (``alive`` is False) and the pool replaces it. Who is at fault decides ``CallResult.infrastructure``:
-a tool that hangs, exhausts memory or crashes its server is the tool's failure; a container that vanished
-or a daemon that errs is ours, and such turns are masked out of training.
+Calls travel as JSON lines over the container's attach socket to the supervisor of ``server.py``, never one
+``docker exec`` per call (about 40 ms). The supervisor enforces ``call_timeout_s`` itself and survives tools
+that hang, crash or exhaust memory (their episode process is rebuilt). Who is at fault decides
+``CallResult.infrastructure``: anything a tool can cause (a hang, a crash, a dead server, a container that
+exited) is the tool's failure and is diagnosed; only a container removed from outside, a daemon that errs or
+misses its deadline, or a container that cannot start is ours, and such turns are masked out of training.
 
 Containers carry ``seal.*`` labels naming their owner process, so ``reaper.reap`` can remove what a killed
-process left behind; they also stop by themselves when the owner dies (stdin closes with the attach socket).
+process left behind; they also stop by themselves when the owner dies (stdin closes with the attach socket),
+at the latest one call timeout later.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig
 
-from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig, SandboxError
-from seal_envs.sandbox.image import SERVER_SOURCE, ImageSpec, minimal_cover, resolve_image
+from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig, SandboxError, unreadable_state
+from seal_envs.sandbox.image import SERVER_SOURCE, ImageSpec, ground_truth_paths, minimal_cover, resolve_image
 from seal_envs.sandbox.reaper import LABEL, owner_labels
+from seal_envs.sandbox.server import CALL_REPLY_LIMIT_FACTOR
 
 SERVER_IN_CONTAINER = "/opt/seal/server.py"
 START_TIMEOUT_S = 60.0  # first ping: the daemon may be busy starting many containers at once
 SNAPSHOT_REPLY_LIMIT = 64 << 20  # states can be large (BFCL file systems); calls are capped far lower
 STDERR_TAIL_BYTES = 4096
-RESOURCE_ERRORS = ("MemoryError", "BlockingIOError")  # a tool exhausted the limits: do not reuse the container
+SUPERVISOR_GRACE_S = 5.0  # beyond a call and its rebuild (two call timeouts): the supervisor itself is stuck
 DOCKER_FAULTS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
@@ -46,12 +49,13 @@ _client_lock = threading.Lock()
 _live: dict[str, DockerSandbox] = {}  # container id -> sandbox, removed at interpreter exit
 _live_lock = threading.Lock()
 _extra_mounts: set[str] = set()  # python_paths seen by this process, mounted into every new container
+_starts: threading.BoundedSemaphore | None = None  # container starts in flight, see SandboxConfig.max_starts
 
 
 def _after_fork_in_child() -> None:
     """A forked child (Ray worker, multiprocessing) must not reuse the parent's connection or containers."""
-    global _client, _client_lock, _live_lock
-    _client, _client_lock, _live_lock = None, threading.Lock(), threading.Lock()
+    global _client, _client_lock, _live_lock, _starts
+    _client, _client_lock, _live_lock, _starts = None, threading.Lock(), threading.Lock(), None
     _live.clear()
 
 
@@ -62,13 +66,24 @@ def daemon_address() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
-def docker_client() -> docker.DockerClient:
-    """This process's Docker client, created on first use (it honours DOCKER_HOST)."""
+def start_slots(limit: int) -> threading.BoundedSemaphore:
+    """The process's cap on container starts in flight (the first caller sets it): a daemon asked for
+    hundreds at once answers none within its deadline, and every episode waiting on one would be masked."""
+    global _starts
+    with _client_lock:
+        if _starts is None:
+            _starts = threading.BoundedSemaphore(limit)
+        return _starts
+
+
+def docker_client(timeout_s: float | None = None) -> docker.DockerClient:
+    """This process's Docker client, created on first use (it honours DOCKER_HOST). Every daemon request
+    has a deadline of ``timeout_s`` (default ``SandboxConfig.daemon_timeout_s``; the first caller sets it)."""
     global _client
     with _client_lock:
         if _client is None:
             try:
-                client = docker.from_env(timeout=120, max_pool_size=256)
+                client = docker.from_env(timeout=timeout_s or SandboxConfig.daemon_timeout_s, max_pool_size=256)
                 client.ping()
             except DOCKER_FAULTS as exc:
                 raise SandboxError(
@@ -122,6 +137,11 @@ def _register_exit_hook() -> None:
         multiprocessing.util.Finalize(None, close_all_sandboxes, exitpriority=100)
 
 
+def _error_text(reply: dict[str, Any]) -> str:
+    error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+    return f"{error.get('type', 'ProtocolError')}: {error.get('message')}"
+
+
 # ------------------------------------------------------------------------------------- the sandbox
 
 
@@ -131,20 +151,29 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
-        self._client = docker_client()
+        self._client = docker_client(self.config.daemon_timeout_s)
         try:
             self.image: ImageSpec = resolve_image(self._client, self.config.image)
         except DOCKER_FAULTS as exc:
             raise SandboxError(f"could not prepare the sandbox image: {exc}") from exc
         self._lock = threading.Lock()
-        self._call_reply_limit = 24 * self.config.max_output_bytes + (64 << 10)  # result and text; JSON escaping grows them
+        self._call_reply_limit = CALL_REPLY_LIMIT_FACTOR * self.config.max_output_bytes + (64 << 10)
+        self._request_id = 0
         self.container_id = ""
-        self._start()
+        with start_slots(self.config.max_starts):
+            self._start()
 
     # -------------------------------------------------------------- container lifecycle
 
     def _mounts(self) -> tuple[str, ...]:
         return minimal_cover([*self.image.mounts, *_extra_mounts])
+
+    def _masks(self) -> tuple[list[str], dict[str, str]]:
+        """Ground truth under the mounts, made unreadable: files shadowed by /dev/null (binds), folders by an
+        empty read-only tmpfs."""
+        hidden = ground_truth_paths(self._mounted)
+        return ([f"{os.devnull}:{path}:ro" for path in hidden if os.path.isfile(path)],
+                {path: "ro,size=4k" for path in hidden if os.path.isdir(path)})
 
     def _start(self) -> None:
         """Create, attach and start the container, then wait for the server's first answer."""
@@ -154,18 +183,22 @@ class DockerSandbox(Sandbox):
         self._stderr_tail = b""
         self._mounted = self._mounts()
         api, config = self._client.api, self.config
-        binds = {path: {"bind": path, "mode": "ro"} for path in self._mounted}
-        binds[str(SERVER_SOURCE)] = {"bind": SERVER_IN_CONTAINER, "mode": "ro"}
+        binds = [f"{path}:{path}:ro" for path in self._mounted]
+        binds.append(f"{SERVER_SOURCE}:{SERVER_IN_CONTAINER}:ro")
+        masked_files, masked_folders = self._masks()
+        binds += masked_files
         host_config = api.create_host_config(
             binds=binds, network_mode="none", read_only=True,
-            tmpfs={"/tmp": f"size={config.tmpfs_size},mode=1777"},
+            tmpfs={"/tmp": f"size={config.tmpfs_size},mode=1777", **masked_folders},
             cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
             mem_limit=config.mem_limit, memswap_limit=config.mem_limit, pids_limit=config.pids_limit,
-            ipc_mode="none", log_config=LogConfig(type=LogConfig.types.NONE),
+            nano_cpus=int(config.cpus * 1e9), ipc_mode="none", log_config=LogConfig(type=LogConfig.types.NONE),
         )
+        command = [self.image.python, SERVER_IN_CONTAINER, str(config.call_timeout_s), str(config.max_output_bytes),
+                   "--sweep"]
         try:
             created = api.create_container(
-                self.image.tag, command=[self.image.python, SERVER_IN_CONTAINER, str(config.max_output_bytes)],
+                self.image.tag, command=command,
                 user="65534:65534", working_dir="/tmp", stdin_open=True, detach=False,  # StdinOnce: exit with us
                 labels={LABEL: "1", **owner_labels()}, host_config=host_config, network_disabled=True,
                 environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUTF8": "1"},
@@ -182,7 +215,7 @@ class DockerSandbox(Sandbox):
             self.close()
             raise SandboxError(f"could not start a sandbox container from {self.image.tag}: {exc}") from exc
         reply = self._request({"op": "ping"}, START_TIMEOUT_S, self._call_reply_limit)
-        if not reply.get("ok"):
+        if not reply["ok"]:
             self.close()
             failure = reply.get("failure")
             detail = f"{failure.error_type}: {failure.error}" if failure else reply.get("error")
@@ -255,32 +288,47 @@ class DockerSandbox(Sandbox):
     def _request(self, request: dict[str, Any], timeout_s: float, limit: int) -> dict[str, Any]:
         """Send one request and read its reply; failures become ``{"ok": False, "failure": CallResult}``.
 
-        A timeout or broken stream leaves the container killed and the sandbox dead.
+        Only the supervisor writes to this stream, so a reply that is not the JSON object answering this
+        request means the sandbox cannot be trusted: it is killed, as after a timeout or a broken stream.
+        None of these is marked ``infrastructure`` unless the daemon or an outsider caused it: a tool that
+        stops, kills or subverts its supervisor must not be able to turn its failure into a masked turn.
         """
+        self._request_id += 1
         deadline = time.monotonic() + timeout_s
         try:
             self._socket.settimeout(timeout_s)
-            self._socket.sendall(json.dumps(request).encode() + b"\n")
+            self._socket.sendall(json.dumps({**request, "id": self._request_id}).encode() + b"\n")
             line = self._read_line(deadline, limit)
-        except TimeoutError:
+        except TimeoutError:  # the supervisor is stuck (a tool stopped it) unless the daemon relaying it is
+            frozen = not self._daemon_answers()
             return {"ok": False, "failure": self._kill(CallResult(
-                ok=False, error_type="Timeout", error=f"the call did not finish within {timeout_s:g} s"))}
+                ok=False, error_type="SandboxLost" if frozen else "Timeout", infrastructure=frozen,
+                error=f"the sandbox did not answer within {timeout_s:g} s"
+                      + (" and the Docker daemon does not answer either" if frozen else "")))}
         except (EOFError, OSError) as exc:
             return {"ok": False, "failure": self._kill(self._diagnose_exit(exc))}
-        if line is None:
-            return {"ok": False, "failure": CallResult(
-                ok=False, error_type="OutputTooLarge", error=f"the reply exceeded {limit} bytes")}
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError:
+        reply = None
+        if line is not None:
+            try:
+                reply = json.loads(line)
+            except (ValueError, RecursionError):
+                pass
+        if not isinstance(reply, dict) or reply.get("id") != self._request_id or not isinstance(reply.get("ok"), bool):
+            shown = "over the size limit" if line is None else repr(line[:200])
             return {"ok": False, "failure": self._kill(CallResult(
-                ok=False, error_type="ProtocolError",
-                error=f"the tool wrote to the server's reply channel: {line[:200]!r}"))}
+                ok=False, error_type="ProtocolError", error=f"the sandbox answered out of protocol: {shown}"))}
+        return reply
+
+    def _daemon_answers(self) -> bool:
+        try:
+            return bool(self._client.ping())
+        except DOCKER_FAULTS:
+            return False
 
     def _diagnose_exit(self, exc: BaseException) -> CallResult:
         """Why the stream ended: the tool's fault (OOM, crashed server) or ours (container or daemon gone)."""
         try:
-            state = self._client.api.wait(self.container_id, timeout=10)
+            state = self._client.api.wait(self.container_id, timeout=self.config.daemon_timeout_s)
             info = self._client.api.inspect_container(self.container_id)["State"]
         except docker.errors.NotFound:
             return CallResult(ok=False, error_type="SandboxLost", infrastructure=True,
@@ -293,9 +341,7 @@ class DockerSandbox(Sandbox):
         if info.get("OOMKilled"):
             return CallResult(ok=False, error_type="OutOfMemory",
                               error=f"the tool exceeded the sandbox memory limit ({self.config.mem_limit})")
-        if code == 137:  # SIGKILL without an OOM record: someone outside killed the container
-            return CallResult(ok=False, error_type="SandboxLost", infrastructure=True,
-                              error="the sandbox container was killed from outside")
+        # An exit (even by SIGKILL) can be the tool's doing: tool code runs as the supervisor's uid
         return CallResult(ok=False, error_type="SandboxCrashed",
                           error=f"the tool server exited with status {code}" + (f": {stderr}" if stderr else ""))
 
@@ -305,21 +351,28 @@ class DockerSandbox(Sandbox):
         if self._dead is not None:
             raise SandboxError(f"cannot {what}: the sandbox is dead ({self._dead.error_type}: {self._dead.error})")
 
-    def reset(self, classes: dict[str, Any], python_paths: list[str] | tuple[str, ...] = ()) -> None:
+    @property
+    def _deadline_s(self) -> float:
+        return 2 * self.config.call_timeout_s + SUPERVISOR_GRACE_S
+
+    def reset(self, classes: dict[str, Any], python_paths: list[str] | tuple[str, ...] = (), code: str = "") -> None:
+        """A fresh episode process. Only the supervisor's answer that the task's classes failed to load is the
+        task's fault (``ValueError``); a sandbox that does not answer is ours (``SandboxError``, retried)."""
         paths = [os.path.abspath(str(p)) for p in python_paths]
         with self._lock:
             self._require_alive("reset")
             self._mount(paths)
-            reply = self._request({"op": "reset", "classes": classes, "python_paths": paths},
-                                  self.config.call_timeout_s, SNAPSHOT_REPLY_LIMIT)
-        if reply.get("ok"):
+            reply = self._request({"op": "reset", "classes": classes, "python_paths": paths, "code": code},
+                                  self._deadline_s, SNAPSHOT_REPLY_LIMIT)
+        if reply["ok"]:
             return
         if "failure" in reply:
             failure: CallResult = reply["failure"]
-            if failure.infrastructure:
-                raise SandboxError(f"the sandbox failed while loading the task state: {failure.error}")
-            raise ValueError(f"cannot load the task state: {failure.error_type}: {failure.error}")
-        raise ValueError(f"cannot load the task state: {reply['error']['type']}: {reply['error']['message']}")
+            raise SandboxError(f"the sandbox failed while loading the task state: {failure.error_type}: "
+                               f"{failure.error}")
+        if reply.get("sandbox"):
+            raise SandboxError(f"the sandbox cannot start an episode: {_error_text(reply)}")
+        raise ValueError(f"cannot load the task state: {_error_text(reply)}")
 
     def _mount(self, paths: list[str]) -> None:
         """Make ``paths`` visible in the container: new ones are added to every later container, and this one
@@ -341,24 +394,28 @@ class DockerSandbox(Sandbox):
                 return CallResult(ok=False, error_type=self._dead.error_type, infrastructure=self._dead.infrastructure,
                                   error=f"the sandbox is dead since an earlier call: {self._dead.error}")
             reply = self._request({"op": "call", "target": target, "arguments": arguments},
-                                  self.config.call_timeout_s, self._call_reply_limit)
+                                  self._deadline_s, self._call_reply_limit)
             if "failure" in reply:
                 return reply["failure"]
-            if reply.get("ok"):
-                return CallResult(ok=True, output=reply["result"], text=reply.get("text"))
-            error = reply.get("error") or {}
-            result = CallResult(ok=False, error_type=error.get("type", "ProtocolError"), error=error.get("message"))
-            if result.error_type in RESOURCE_ERRORS:  # forks or memory used up: the container cannot be trusted
+            if reply["ok"]:
+                text = reply.get("text")
+                return CallResult(ok=True, output=reply.get("result"), text=text if isinstance(text, str) else None)
+            error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+            result = CallResult(ok=False, error_type=str(error.get("type", "ProtocolError")),
+                                error=str(error.get("message")))
+            if reply.get("lost"):  # the episode's state could not be rebuilt: the env replays it elsewhere
                 self._kill(result)
             return result
 
     def snapshot(self) -> dict[str, Any]:
+        """The episode's state. A tool that broke its own episode process yields an unreadable-state marker
+        (the turn then fails on state, the tool's fault); a dead sandbox raises ``SandboxError``."""
         with self._lock:
             self._require_alive("snapshot")
-            reply = self._request({"op": "snapshot"}, self.config.call_timeout_s, SNAPSHOT_REPLY_LIMIT)
-        if reply.get("ok"):
+            reply = self._request({"op": "snapshot"}, self._deadline_s, SNAPSHOT_REPLY_LIMIT)
+        if reply["ok"] and isinstance(reply.get("state"), dict):
             return reply["state"]
-        failure = reply.get("failure")
-        error = reply.get("error") or {}
-        detail = f"{failure.error_type}: {failure.error}" if failure else f"{error.get('type')}: {error.get('message')}"
-        raise SandboxError(f"could not snapshot the sandbox state: {detail}")
+        if "failure" in reply:
+            failure: CallResult = reply["failure"]
+            raise SandboxError(f"could not snapshot the sandbox state: {failure.error_type}: {failure.error}")
+        return unreadable_state(_error_text(reply))

@@ -15,7 +15,9 @@ Any other image name is used as given; its ``seal.python`` label (default ``pyth
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -135,6 +137,36 @@ def host_python_mounts() -> tuple[str, ...]:
     if os.path.isfile("/etc/ld.so.cache"):
         paths.add("/etc/ld.so.cache")
     return minimal_cover(p for p in paths if os.path.exists(p))
+
+
+TASK_FILES = "*tasks*.json"  # a domain folder's task files: initial states and ground-truth calls
+BFCL_ANSWERS = ("bfcl_eval", "data", "possible_answer")
+
+
+@functools.cache
+def _bfcl_answers() -> str | None:
+    """bfcl-eval's ground-truth folder, found without importing bfcl-eval."""
+    spec = importlib.util.find_spec(BFCL_ANSWERS[0])
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = os.path.join(location, *BFCL_ANSWERS[1:])
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def ground_truth_paths(mounts: Iterable[str]) -> tuple[str, ...]:
+    """What the sandbox must not show tool code although it lies under ``mounts``: the task files of every
+    domain folder mounted (a folder with ``tools.json``, or one level above such folders) and bfcl-eval's
+    possible answers."""
+    found: list[str] = []
+    mounts = [m for m in mounts if os.path.isdir(m)]
+    for mount in mounts:
+        for spec in [Path(mount, "tools.json"), *Path(mount).glob("*/tools.json")]:
+            found += sorted(str(p) for p in spec.parent.glob(TASK_FILES)) if spec.is_file() else []
+    answers = _bfcl_answers()
+    if answers and any(answers.startswith(m.rstrip("/") + "/") for m in mounts):
+        found.append(answers)
+    return tuple(found)
 
 
 def _root_links() -> dict[str, str]:

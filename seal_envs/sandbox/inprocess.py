@@ -13,7 +13,7 @@ class InProcessSandbox(Sandbox):
     def __init__(self, config: SandboxConfig | None = None):
         self._server = ToolServer((config or SandboxConfig(backend="inprocess")).max_output_bytes)
 
-    def reset(self, classes: dict[str, Any], python_paths=()) -> None:
+    def reset(self, classes: dict[str, Any], python_paths=(), code: str = "") -> None:
         reply = self._server.handle({"op": "reset", "classes": classes, "python_paths": list(python_paths)})
         if not reply["ok"]:
             raise ValueError(f"cannot load the task state: {reply['error']['type']}: {reply['error']['message']}")

@@ -161,7 +161,7 @@ def _make_pool(config: SandboxConfig) -> SandboxPool:
         from seal_envs.sandbox.docker import DockerSandbox, docker_client
         from seal_envs.sandbox.reaper import reap
 
-        docker_client()  # fail here, with advice, when the daemon is unreachable
+        docker_client(config.daemon_timeout_s)  # fail here, with advice, when the daemon is unreachable
         return SandboxPool(lambda: DockerSandbox(config), config, on_start=reap)
     raise ValueError(f"unknown sandbox backend {config.backend!r}; use 'docker' or 'inprocess'")
 

@@ -1,7 +1,8 @@
 """Remove sandbox containers whose owner process is gone (killed with SIGKILL, crashed, OOM-killed).
 
-Every container is labelled with its owner's host, pid and process start time (the start time guards
-against a reused pid). The pool runs ``reap`` when it is created; ``seal-envs sandbox reap`` runs it by hand.
+Every container is labelled with its owner's host (hostname, boot id and PID namespace: two containers or
+hosts sharing a daemon never reap each other), pid and process start time (the start time guards against a
+reused pid). The pool runs ``reap`` when it is created; ``seal-envs sandbox reap`` runs it by hand.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ def process_start_time(pid: int) -> str | None:
 
 @lru_cache(maxsize=None)
 def host_id() -> str:
-    """This machine's identity: hostname plus boot id, so two hosts sharing a daemon never reap each other."""
+    """Where our pids mean something: hostname, boot id and PID namespace. Processes that share a daemon but
+    not all three cannot see each other's pids, so none may judge the other's containers orphaned."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as boot:
             boot_id = boot.read().strip()
     except OSError:
         boot_id = "unknown-boot"
-    return f"{socket.gethostname()}/{boot_id}"
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = "unknown-pidns"
+    return f"{socket.gethostname()}/{boot_id}/{namespace}"
 
 
 def owner_labels() -> dict[str, str]:

@@ -1,15 +1,28 @@
-"""The tool server that runs inside a sandbox: holds one episode's tool instances and executes calls.
+"""The tool server that runs inside a sandbox: a supervisor that never runs tool code, and one fresh
+process per episode that does.
 
-Standard library only, because it runs inside the container image (``python3 server.py`` speaking
-JSON lines on stdin/stdout). The in-process backend drives the same ``ToolServer`` class directly, so
-both backends execute tools by exactly the same code.
+Standard library only, because it runs inside the container image (``python3 server.py``). The in-process
+backend drives the same ``ToolServer`` class directly, so both backends execute tools by the same code.
 
-Requests and replies, one JSON object per line:
-  {"op": "reset", "classes": {"pkg.mod:Class": state|null}, "python_paths": [...]} -> {"ok": true}
+Processes in the container, and why:
+- the supervisor speaks to the host on stdin/stdout; it is made non-dumpable, so tool code (same uid) can
+  neither open its stdout through ``/proc`` nor ptrace it: only the supervisor writes replies;
+- one zygote per domain code (python paths + code hash) imports the domain's modules once, so domains
+  never share module names and a fresh episode costs a ``fork``, not an import;
+- one worker per episode, forked from the zygote: it runs the tools, in its own session, with stdout and
+  stderr captured to a file in its own temp dir. ``reset`` kills every process of the previous episode
+  and empties ``/tmp``, so no global, class attribute, file or background process survives an episode.
+A call that hangs, crashes or kills its worker is the tool's failure: the supervisor kills the worker,
+replays the episode's successful calls into a fresh one and answers with the error.
+
+Requests and replies, one JSON object per line, replies echo the request's ``id``:
+  {"op": "reset", "classes": {"pkg.mod:Class": state|null}, "python_paths": [...], "code": "hash"}
   {"op": "call", "target": "pkg.mod:Class.method", "arguments": {...}}  -> {"ok": true, "result": ..., "text": "..."}
-  {"op": "snapshot"}                                                               -> {"ok": true, "state": {...}}
-  {"op": "ping"}                                                                   -> {"ok": true}
-Failures reply {"ok": false, "error": {"type": "ExceptionName", "message": "..."}}.
+  {"op": "snapshot"}                                                      -> {"ok": true, "state": {...}}
+  {"op": "ping"}                                                          -> {"ok": true}
+Failures reply {"ok": false, "error": {"type": "ExceptionName", "message": "..."}}; a failed call after
+which the episode's state could not be rebuilt also carries ``"lost": true``, a reset that could not start
+an episode process ``"sandbox": true``.
 
 A call's ``result`` is the JSON view of what the tool returned; ``text`` is the return value as Python words it
 (``result_text``), taken at call time: a benchmark that compares tool outputs as text (BFCL) compares that.
@@ -17,13 +30,25 @@ A call's ``result`` is the JSON view of what the tool returned; ``text`` is the 
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
+import os
+import select
+import shutil
+import signal
+import socket
 import sys
-import traceback
+import time
 from typing import Any
 
 MAX_DEPTH = 32
+SCRATCH = os.environ.get("SEAL_SANDBOX_SCRATCH", "/tmp")  # episode temp dirs (tests point it elsewhere)
+SNAPSHOT_LIMIT = 64 << 20
+CALL_REPLY_LIMIT_FACTOR = 24  # a call reply holds result and text, each up to max_output_bytes; JSON escaping grows them
+PR_SET_DUMPABLE = 4
+REAP_WAIT_S = 1.0
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
 def state_key(key: Any) -> str:
@@ -72,6 +97,13 @@ def to_jsonable(value: Any, depth: int = 0) -> Any:
 def public_state(instance: Any) -> dict[str, Any]:
     """The verifier's view of an instance: its public attributes (BFCL's checker uses the same rule)."""
     return {k: to_jsonable(v) for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+def error_reply(error_type: str, message: str, limit: int, **extra: Any) -> dict[str, Any]:
+    """A failure reply whose message is capped at ``limit`` characters (tools may raise huge messages)."""
+    if len(message) > limit:
+        message = message[:limit] + f" [truncated at {limit} of {len(message)} characters]"
+    return {"ok": False, "error": {"type": error_type, "message": message}, **extra}
 
 
 class ToolServer:
@@ -128,29 +160,366 @@ class ToolServer:
                 return {"ok": True}
             if op == "ping":
                 return {"ok": True}
-            return {"ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {op!r}"}}
+            return error_reply("ProtocolError", f"unknown op {op!r}", self.max_output_bytes)
         except Exception as exc:  # the tool's own failure is data for the diagnosis
-            return {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc),
-                                           "traceback": traceback.format_exc(limit=-3)}}
+            return error_reply(type(exc).__name__, str(exc), self.max_output_bytes)
 
 
-def serve(stdin=None, stdout=None, max_output_bytes: int = 1 << 16) -> None:
-    """Serve JSON lines until stdin closes."""
-    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    sys.stdout = sys.stderr  # a tool that prints must not corrupt the reply channel
+# ------------------------------------------------------------------------------------------ line channels
+
+
+class Channel:
+    """Newline-delimited JSON over one socket or pipe pair, with deadlines and a size cap per line."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self.read_fd, self.write_fd = read_fd, write_fd
+        self.buffer = bytearray()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+    def receive(self, deadline: float | None, limit: int, also: tuple[int, ...] = ()) -> Any:
+        """The next line's JSON value. Raises TimeoutError, EOFError (closed, or an fd in ``also`` became
+        readable: the worker died), ValueError (not JSON or longer than ``limit``)."""
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > limit:
+                raise ValueError(f"reply longer than {limit} bytes")
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.read_fd, *also], [], [], timeout)
+            if not ready:
+                raise TimeoutError
+            if self.read_fd not in ready:
+                raise EOFError
+            chunk = os.read(self.read_fd, 1 << 16)
+            if not chunk:
+                raise EOFError
+            self.buffer += chunk
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer = bytearray(rest)
+        if len(line) > limit:
+            raise ValueError(f"reply longer than {limit} bytes")
+        return json.loads(line)
+
+
+def episode_dir(pid: int) -> str:
+    return os.path.join(SCRATCH, f"episode-{pid}")
+
+
+def _set_dumpable(flag: int) -> None:
+    """Non-dumpable: /proc/PID/fd and ptrace are closed to other processes of the same uid."""
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, flag, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the supervisor is then only as safe as the uid separation
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# ------------------------------------------------------------------------------------------ worker side
+
+
+def _worker_main(sock: socket.socket, python_paths: list[str], max_output_bytes: int) -> None:
+    """One episode's process: own session, own temp dir, stdout/stderr captured, tools served on ``sock``."""
+    os.setsid()
+    _set_dumpable(1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    scratch = episode_dir(os.getpid())
+    os.makedirs(scratch, exist_ok=True)
+    os.chdir(scratch)
+    os.environ["TMPDIR"] = scratch
+    capture = os.open(os.path.join(scratch, ".output"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(capture, 1)
+    os.dup2(capture, 2)
+    _close_fds_except({sock.fileno()})
+    sys.stdout = sys.stderr = open(1, "w", closefd=False)
+    channel = Channel(sock.fileno(), sock.fileno())
     server = ToolServer(max_output_bytes)
-    for line in stdin:
-        if not line.strip():
-            continue
+    server.reset({}, python_paths)
+    while True:
         try:
-            request = json.loads(line)
-        except json.JSONDecodeError as exc:
-            reply = {"ok": False, "error": {"type": "ProtocolError", "message": f"bad request: {exc}"}}
+            request = channel.receive(None, SNAPSHOT_LIMIT)
+        except (EOFError, ValueError, OSError):
+            os._exit(0)
+        reply = server.handle(request)
+        try:
+            channel.send({**reply, "seq": request.get("seq")})
+        except (TypeError, ValueError) as exc:  # a result json cannot encode (e.g. a NaN key collision)
+            channel.send({**error_reply(type(exc).__name__, str(exc), max_output_bytes), "seq": request.get("seq")})
+
+
+def _zygote_main(control: socket.socket, python_paths: list[str], modules: list[str], max_output_bytes: int) -> None:
+    """Import a domain's modules once, then fork one worker per ``spawn`` request, passing back its socket."""
+    _close_fds_except({control.fileno()})
+    for path in python_paths:
+        sys.path.insert(0, path)
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            pass  # the worker imports it again and reports the error as the task's
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
+    while True:
+        if not control.recv(1):
+            os._exit(0)
+        ours, theirs = socket.socketpair()
+        try:
+            pid = os.fork()
+        except OSError:  # the pids limit: answer with no socket, the supervisor reports it
+            control.sendall(bytes(8))
+            ours.close()
+            theirs.close()
+            continue
+        if pid == 0:
+            control.close()
+            ours.close()
+            _worker_main(theirs, python_paths, max_output_bytes)
+        theirs.close()
+        socket.send_fds(control, [pid.to_bytes(8, "little")], [ours.fileno()])
+        ours.close()
+
+
+# ------------------------------------------------------------------------------------------ supervisor
+
+
+class Worker:
+    """The supervisor's handle on one episode's process."""
+
+    def __init__(self, pid: int, sock: socket.socket):
+        self.pid, self.sock = pid, sock
+        self.channel = Channel(sock.fileno(), sock.fileno())
+        try:
+            self.exited_fd: tuple[int, ...] = (os.pidfd_open(pid),)
+        except (AttributeError, OSError):
+            self.exited_fd = ()
+        self.seq = 0
+
+    def request(self, message: dict[str, Any], deadline: float, limit: int) -> dict[str, Any]:
+        self.seq += 1
+        self.channel.send({**message, "seq": self.seq})
+        reply = self.channel.receive(deadline, limit, self.exited_fd)
+        if not isinstance(reply, dict) or reply.get("seq") != self.seq or not isinstance(reply.get("ok"), bool):
+            raise ValueError("the episode process answered out of protocol")
+        reply.pop("seq")
+        return reply
+
+    def close(self) -> None:
+        for fd in self.exited_fd:
+            os.close(fd)
+        self.sock.close()
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot start an episode process: the host should use another sandbox, not blame the task."""
+
+
+class Supervisor:
+    """Owns the host channel; runs no tool code. One episode at a time."""
+
+    def __init__(self, call_timeout_s: float, max_output_bytes: int, sweep: bool):
+        self.call_timeout_s, self.max_output_bytes, self.sweep = call_timeout_s, max_output_bytes, sweep
+        self.zygotes: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
+        self.worker: Worker | None = None
+        self.episode: dict[str, Any] | None = None  # the reset request of the running episode
+        self.replay: list[dict[str, Any]] = []  # its successful calls, to rebuild a worker a tool killed
+
+    def _zygote(self, python_paths: list[str], code: str, modules: list[str]) -> socket.socket:
+        key = (code, *python_paths)
+        known = self.zygotes.get(key)
+        if known is not None:
+            if _alive(known[0]):
+                return known[1]
+            known[1].close()  # a tool killed it: start another
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            _zygote_main(theirs, python_paths, modules, self.max_output_bytes)
+        theirs.close()
+        self.zygotes[key] = (pid, ours)
+        return ours
+
+    def _spawn(self, reset: dict[str, Any]) -> Worker:
+        modules = sorted({path.split(":")[0] for path in reset.get("classes", {})})
+        control = self._zygote(list(reset.get("python_paths") or []), str(reset.get("code", "")), modules)
+        control.sendall(b"s")
+        message, fds, _, _ = socket.recv_fds(control, 8, 1)
+        if not fds:
+            raise SandboxUnavailable("could not fork an episode process (its zygote died or the pids limit "
+                                     "is reached)")
+        return Worker(int.from_bytes(message, "little"), socket.socket(fileno=fds[0]))
+
+    def _end_episode(self) -> None:
+        """Kill the episode's process group and remove its temp dir. With ``sweep`` (only in a container of
+        its own, as the sandbox user) also kill every other process and empty the whole scratch dir, which
+        catches children that left the worker's session and files written outside its temp dir."""
+        if self.worker is not None:
+            _kill(-self.worker.pid)
+            shutil.rmtree(episode_dir(self.worker.pid), ignore_errors=True)
+            self.worker.close()
+            self.worker = None
+        if not self.sweep:
+            return
+        keep = {os.getpid(), 1, *(pid for pid, _ in self.zygotes.values())}
+        killed = [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) not in keep]
+        for pid in killed:
+            _kill(pid)
+        deadline = time.monotonic() + REAP_WAIT_S  # their pids count against the limit until init reaps them
+        while any(os.path.exists(f"/proc/{pid}") for pid in killed) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        for entry in os.listdir(SCRATCH):
+            path = os.path.join(SCRATCH, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink(path)
+
+    def _start(self, reset: dict[str, Any], deadline: float) -> dict[str, Any]:
+        self._end_episode()
+        try:
+            self.worker = self._spawn(reset)
+        except OSError as exc:  # fork failed (pids limit) or the zygote's socket broke
+            raise SandboxUnavailable(f"could not start an episode process: {exc}") from exc
+        return self.worker.request(reset, deadline, SNAPSHOT_LIMIT)
+
+    def _rebuild(self) -> bool:
+        """A fresh worker with the episode's state: its reset plus every successful call, replayed, all
+        within one call timeout (so the host's deadline bounds a call plus its rebuild)."""
+        deadline = time.monotonic() + self.call_timeout_s
+        try:
+            if not self._start(self.episode, deadline)["ok"]:
+                return False
+            return all(self.worker.request(call, deadline, SNAPSHOT_LIMIT)["ok"] for call in self.replay)
+        except (TimeoutError, EOFError, ValueError, OSError, RuntimeError):
+            return False
+
+    @staticmethod
+    def _oom_kills() -> int:
+        """The container's OOM-kill count (cgroup v2 or v1), to tell a memory kill from any other death."""
+        for events in OOM_COUNTERS:
+            try:
+                with open(events) as lines:
+                    return next(int(line.split()[1]) for line in lines if line.startswith("oom_kill "))
+            except (OSError, StopIteration, ValueError):
+                continue
+        return 0
+
+    def _worker_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Forward to the episode's worker; a worker that hangs, dies or breaks protocol is the tool's failure."""
+        if self.worker is None:
+            return error_reply("NoEpisode", "reset first", self.max_output_bytes)
+        limit = SNAPSHOT_LIMIT if request["op"] == "snapshot" else CALL_REPLY_LIMIT_FACTOR * self.max_output_bytes + (64 << 10)
+        ooms = self._oom_kills()
+        try:
+            reply = self.worker.request(request, time.monotonic() + self.call_timeout_s, limit)
+        except TimeoutError:
+            failure = ("Timeout", f"the call did not finish within {self.call_timeout_s:g} s")
+        except (EOFError, OSError):
+            failure = (("OutOfMemory", "the tool exceeded the sandbox memory limit") if self._oom_kills() > ooms
+                       else ("SandboxCrashed", "the tool's process exited" + self._output_tail()))
+        except ValueError as exc:
+            failure = ("OutputTooLarge", str(exc)) if "longer than" in str(exc) else (
+                "ProtocolError", f"the tool corrupted its episode process's replies ({exc})")
         else:
-            reply = server.handle(request)
-        stdout.write(json.dumps(reply) + "\n")
-        stdout.flush()
+            if request["op"] == "call" and reply["ok"]:
+                self.replay.append(request)
+            return reply
+        lost = request["op"] == "snapshot" or not self._rebuild()
+        return error_reply(*failure, self.max_output_bytes, **({"lost": True} if lost else {}))
+
+    def _output_tail(self) -> str:
+        try:
+            with open(os.path.join(episode_dir(self.worker.pid), ".output"), "rb") as output:
+                return ": " + output.read()[-500:].decode(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        if not isinstance(request, dict):
+            return error_reply("ProtocolError", "a request must be a JSON object", self.max_output_bytes)
+        op = request.get("op")
+        if op == "ping":
+            return {"ok": True}
+        if op == "reset":
+            self.episode, self.replay = request, []
+            try:
+                return self._start(request, time.monotonic() + self.call_timeout_s)
+            except TimeoutError:
+                return error_reply("Timeout", f"loading the task state took over {self.call_timeout_s:g} s",
+                                   self.max_output_bytes)
+            except SandboxUnavailable as exc:
+                return error_reply("SandboxUnavailable", str(exc), self.max_output_bytes, sandbox=True)
+            except (EOFError, ValueError, OSError) as exc:
+                return error_reply("TaskLoadCrashed", f"the episode process died while loading the task state "
+                                   f"({exc or type(exc).__name__})", self.max_output_bytes)
+        if op in ("call", "snapshot"):
+            return self._worker_request(request)
+        return error_reply("ProtocolError", f"unknown op {op!r}", self.max_output_bytes)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a process (a negative pid: a process group), if it still exists."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def serve(call_timeout_s: float, max_output_bytes: int, sweep: bool = False) -> None:
+    """Serve the host until stdin closes (the owner is gone): then every process of the sandbox ends.
+
+    ``sweep``: at each reset kill every other process and empty ``/tmp``. Only for a container's main
+    process running as the unprivileged sandbox user; refused as root, where it would wreck a host."""
+    if sweep and os.geteuid() == 0:
+        raise SystemExit("server.py: refusing --sweep as root: it kills every process and empties /tmp; it is "
+                         "meant for a sandbox container's main process running as an unprivileged user")
+    host = Channel(os.dup(0), os.dup(1))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # nothing forked from here inherits the host channel as stdio
+    os.set_inheritable(host.read_fd, False)
+    os.set_inheritable(host.write_fd, False)
+    _set_dumpable(0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    supervisor = Supervisor(call_timeout_s, max_output_bytes, sweep)
+    while True:
+        try:
+            request = host.receive(None, SNAPSHOT_LIMIT)
+        except EOFError:
+            break
+        except ValueError as exc:
+            host.send({"ok": False, "error": {"type": "ProtocolError", "message": f"bad request: {exc}"}})
+            continue
+        reply = supervisor.handle(request)
+        host.send({**reply, "id": request.get("id") if isinstance(request, dict) else None})
+    supervisor._end_episode()
 
 
 if __name__ == "__main__":
-    serve(max_output_bytes=int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 16)
+    serve(float(sys.argv[1]), int(sys.argv[2]), sweep="--sweep" in sys.argv[3:])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
+import hashlib
+import importlib.util
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cache, wraps
 from importlib import resources
@@ -67,14 +69,38 @@ class ToolDomain:
     tools: tuple[ToolSpec, ...]
     root: Path
     python_paths: tuple[Path, ...] = field(default=())
-    task_splits: str | None = None  # "package.module:function" giving the tasks of a fixed split
+    task_splits: str | None = None  # "module:function", module a .py file under the domain's folder
 
     def split_tasks(self, split: str) -> tuple:
-        """The tasks of the domain's own fixed ``split`` (``"train"`` / ``"eval"``), for domains that declare one."""
+        """The tasks of the domain's own fixed ``split`` (``"train"`` / ``"eval"``), for domains that declare one.
+
+        The module is looked up only in the domain's own folder (a spec is data: it must not be able to make
+        the host call an arbitrary importable function such as ``os:system``)."""
         if not self.task_splits:
             raise ValueError(f"domain {self.name!r} declares no task_splits; its tasks are {self.root / 'tasks.json'}")
         module, function = self.task_splits.split(":")
-        return tuple(getattr(importlib.import_module(module), function)(split))
+        source = (self.root / Path(*module.split("."))).with_suffix(".py")
+        if not source.is_file():
+            raise ValueError(f"domain {self.name!r}: task_splits module {module!r} must be a file of the domain's "
+                             f"folder, but {source} does not exist")
+        spec = importlib.util.spec_from_file_location(f"_seal_splits_{self.name}_{module}", source)
+        namespace = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(namespace)
+        return tuple(getattr(namespace, function)(split))
+
+    def code_hash(self) -> str:
+        """Identifies the code the sandbox runs for this domain: the spec, every Python file under its python
+        paths and the source of implementation modules found elsewhere. Sandboxes import changed code afresh
+        and reference replays are cached under it."""
+        digest = hashlib.sha256((self.root / DOMAIN_FILE).read_bytes() if (self.root / DOMAIN_FILE).is_file() else b"")
+        for path in self.python_paths:
+            for source in sorted(path.rglob("*.py")):
+                digest.update(str(source.relative_to(path)).encode() + b"\0" + source.read_bytes())
+        for module in sorted({t.class_path.split(":")[0] for t in self.tools}):
+            origin = _module_origin(module, self.python_paths)
+            if origin is not None:
+                digest.update(module.encode() + b"\0" + origin.read_bytes())
+        return digest.hexdigest()[:16]
 
     def tool(self, name: str) -> ToolSpec:
         for tool in self.tools:
@@ -93,6 +119,33 @@ def _validator(schema_name: str) -> jsonschema.protocols.Validator:
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
+
+
+def _module_origin(module: str, python_paths: tuple[Path, ...]) -> Path | None:
+    """The source file of an implementation module outside the domain's python paths (e.g. an installed
+    package), without importing the module itself; None when it lives under them or cannot be found."""
+    if any((path / Path(*module.split("."))).with_suffix(".py").is_file() or (path / module.split(".")[0]).is_dir()
+           for path in python_paths):
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
+
+
+def _python_paths(document: dict[str, Any], root: Path, file: Path) -> tuple[Path, ...]:
+    """The spec's python paths, each a folder inside the domain's own folder (nothing else is mounted)."""
+    paths = []
+    for i, entry in enumerate(document.get("python_paths", [])):
+        path = (root / entry).resolve()
+        if path != root.resolve() and root.resolve() not in path.parents:
+            raise SpecError(file, f"$.python_paths[{i}]", f"{entry!r} leaves the domain's folder {root}; python "
+                            "paths must be folders inside it (move the code there, or install it as a package)")
+        if not path.is_dir():
+            raise SpecError(file, f"$.python_paths[{i}]", f"{entry!r} is not a folder ({path})")
+        paths.append(path)
+    return tuple(paths)
 
 
 def _json_path(path: Any) -> str:
@@ -173,9 +226,20 @@ def load_domain(file: Path) -> ToolDomain:
                              mutates_state=t.get("mutates_state", True), returns=t.get("returns"))
                     for t in document["tools"]),
         root=root,
-        python_paths=tuple((root / p).resolve() for p in document.get("python_paths", [])),
+        python_paths=_python_paths(document, root, file),
         task_splits=document.get("task_splits"),
     )
+
+
+def check_module_names(domains: tuple[ToolDomain, ...]) -> None:
+    """Refuse domains whose implementations share a module name: one episode process imports only one of them."""
+    owners: dict[str, str] = {}
+    for domain in domains:
+        for module in sorted({t.class_path.split(":")[0] for t in domain.tools}):
+            other = owners.setdefault(module, domain.name)
+            if other != domain.name:
+                raise ValueError(f"domains {other!r} and {domain.name!r} both implement tools in a module named "
+                                 f"{module!r}; rename one, or use them in separate envs")
 
 
 def available_domains() -> list[str]:
