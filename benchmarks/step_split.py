@@ -75,9 +75,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="default: seal-train's own (warm-started SmolLM2, cached)")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step_split.json")
+    p.add_argument("--runs", type=Path, default=None, help="keep the two run folders here (default: a temp dir)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        results = {name: run_arm(name, extra, args.model, Path(tmp)) for name, extra in ARMS.items()}
+        workdir = args.runs or Path(tmp)
+        results = {name: run_arm(name, extra, args.model, workdir) for name, extra in ARMS.items()}
     from seal_trainer.models import SMOLLM2, resolve_model
 
     results["prompt_tokens"] = prompt_tokens(args.model or str(resolve_model(SMOLLM2)))

@@ -14,7 +14,8 @@ Values ``auto`` are resolved here, before training starts: ``actor_rollout_ref.m
 ``seal.model`` (``seal_trainer.models``: ``smollm2-135m``, ``tiny`` or a folder), warm-started for
 ``seal.warm_start.steps`` SFT steps (``seal_trainer.warm_start``), both cached in ``$SEAL_CACHE_DIR`` (default
 ``~/.cache/seal``); ``data.*_files=auto`` writes parquet files from ``seal.dataset.domain``'s tasks;
-``trainer.default_local_dir=auto`` is ``./seal_runs/<experiment_name>``. Without CUDA devices the CPU shims
+``trainer.default_local_dir=auto`` is ``./seal_runs/<experiment_name>``, ``trainer.rollout_data_dir=auto`` its
+``rollouts`` folder. Without CUDA devices the CPU shims
 (``seal_trainer.cpu``) are switched on.
 
 Training runs in a child process (``run_ppo(config, task_runner_class=SealTaskRunner)``) whose whole output
@@ -73,6 +74,8 @@ def resolve_auto(cfg) -> None:
     with open_dict(cfg):
         if str(cfg.trainer.default_local_dir) == "auto":
             cfg.trainer.default_local_dir = str((Path("seal_runs") / str(cfg.trainer.experiment_name)).resolve())
+        if str(cfg.trainer.get("rollout_data_dir")) == "auto":  # what the model did: one jsonl per step
+            cfg.trainer.rollout_data_dir = str(Path(cfg.trainer.default_local_dir) / "rollouts")
         if str(cfg.actor_rollout_ref.model.path) == "auto":
             from seal_trainer.models import resolve_model
             from seal_trainer.warm_start import WarmStartConfig, warm_started_model
@@ -222,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
 
     steps_log = Path((cfg.get("seal", {}) or {}).get("log_path") or run_dir / "seal_steps.jsonl")
     if steps_log.exists():
+        seal = cfg.get("seal", {}) or {}
         png = plot_run(steps_log, run_dir / "training.png", title=f"seal-train {cfg.trainer.experiment_name}: "
-                       f"{Path(str(cfg.actor_rollout_ref.model.path)).name}, {time.strftime('%Y-%m-%d')}")
+                       f"{seal.get('model', '')}, {seal.get('ablation', 'full')} SEAL, {time.strftime('%Y-%m-%d')}")
         heldout = " -> ".join(f"{v:.3f} (step {s})" for s, v in summary(steps_log)["heldout"]) or "not run"
         print(f"[seal] held-out success: {heldout}; plot {png}", flush=True)
     print(f"[seal] done in {time.time() - t0:.0f} s; run folder {run_dir}", flush=True)

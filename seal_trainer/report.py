@@ -36,6 +36,7 @@ def plot_run(path: str | Path, out: str | Path, title: str = "") -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps, validations = read_log(path)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
@@ -56,12 +57,13 @@ def plot_run(path: str | Path, out: str | Path, title: str = "") -> Path:
         bottom_acc = [a + b for a, b in zip(bottom_acc, share)]
     bottom.set_ylabel("share of training turns")
     bottom.set_xlabel("GRPO step")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     if labels:
         bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.suptitle(title or f"seal-train, {time.strftime('%Y-%m-%d')}")
+    fig.suptitle(title or f"seal-train, {time.strftime('%Y-%m-%d')}", fontsize=10, wrap=True)
     fig.tight_layout()
     out = Path(out)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")  # the label legend sits right of the axes
     plt.close(fig)
     return out
 

@@ -9,9 +9,8 @@
   ChatML special tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``);
 - the chat template is ``seal_envs.tool_template.HERMES_TOOL_TEMPLATE`` (ChatML, tools in the system
   message), so verl's Qwen continuous-token builder applies unchanged;
-- the model is a randomly initialised ``Qwen2ForCausalLM`` of a few hundred thousand parameters. With
-  ``warm_start_steps > 0`` it is first fitted for that many SFT steps on the domains' executed ground truth
-  (``seal_trainer.warm_start``), so that it emits well-formed tool calls and the RL signal is not all-zero.
+- the model is a randomly initialised ``Qwen2ForCausalLM`` of a few hundred thousand parameters (fit it on
+  executed demonstrations with ``seal_trainer.warm_start.warm_started_model`` like any other model).
 
 The build is deterministic for a given ``seed`` and cached: a folder that already holds a complete build with
 the same recipe hash is reused.
@@ -78,9 +77,9 @@ def _corpus(domains: Sequence[str], seed: int) -> list[str]:
     return chats
 
 
-def _recipe(domains: Sequence[str], vocab_size: int, seed: int, warm_start_steps: int, model: dict) -> str:
-    doc = {"v": RECIPE_VERSION, "domains": list(domains), "vocab": vocab_size, "seed": seed,
-           "warm": warm_start_steps, "model": model, "template": HERMES_TOOL_TEMPLATE}
+def _recipe(domains: Sequence[str], vocab_size: int, seed: int, model: dict) -> str:
+    doc = {"v": RECIPE_VERSION, "domains": list(domains), "vocab": vocab_size, "seed": seed, "model": model,
+           "template": HERMES_TOOL_TEMPLATE}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -103,30 +102,14 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
     return fast
 
 
-def _warm_start(model, tokenizer, domains: Sequence[str], steps: int, seed: int) -> None:
-    """SFT on the domains' executed ground truth (``seal_trainer.warm_start``), assistant tokens only."""
-    from seal_envs.spec import load_domain
-    from seal_trainer.warm_start import record_demonstrations, render_examples, train
-
-    examples = []
-    for name in domains:
-        tasks = _tasks_json(load_domain(name))
-        if tasks:
-            examples += [e for d in record_demonstrations(tasks, name) for e in render_examples(tokenizer, d)]
-    if not examples:
-        raise ValueError(f"warm_start_steps={steps} needs a domain with a tasks.json; {list(domains)} have none")
-    train(model, examples, steps, lr=3e-3, seed=seed)
-
-
 def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] = ("shop",), vocab_size: int = 2048,
-                     seed: int = 0, warm_start_steps: int = 0, model_kwargs: dict | None = None,
-                     force: bool = False) -> Path:
+                     seed: int = 0, model_kwargs: dict | None = None, force: bool = False) -> Path:
     """Build (or reuse) the tiny model folder at ``path`` and return it.
 
     Default path: ``<cache>/tiny-qwen2-<recipe hash>``.
     """
     model_cfg = {**DEFAULT_MODEL, **(model_kwargs or {})}
-    recipe = _recipe(domains, vocab_size, seed, warm_start_steps, model_cfg)
+    recipe = _recipe(domains, vocab_size, seed, model_cfg)
     path = Path(path) if path is not None else default_cache_dir() / f"tiny-qwen2-{recipe}"
     marker = path / "seal_recipe.json"
     if not force and marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
@@ -142,16 +125,13 @@ def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] =
                          bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, torch_dtype="float32", **model_cfg)
     model = Qwen2ForCausalLM(config)
-    if warm_start_steps:
-        _warm_start(model, tokenizer, domains, warm_start_steps, seed)
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id],
                                                pad_token_id=tokenizer.pad_token_id, do_sample=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": recipe, "domains": list(domains),
-                                                      "warm_start_steps": warm_start_steps}))
+    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": recipe, "domains": list(domains)}))
     if path.exists():
         import shutil
 

@@ -3,7 +3,7 @@
 Runs ``seal-train`` (the README's main job, smaller: no warm start, 2 steps of 1 prompt x 2 rollouts, one
 held-out task) and checks, from its run folder: the steps ran with SEAL's advantage reweighting and interface
 evolution, the prompts carried the tool schemas (SmolLM2's own template drops them), held-out success was
-measured before and after, and the console stayed readable. Measured on 2 cores: about 5 minutes.
+measured before and after, every rollout's text was saved, and the console stayed readable. Measured on 2 cores: about 5 minutes.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def test_seal_train_smollm2_two_steps(tmp_path: Path):
     prompt_lengths = [float(x) for x in re.findall(r"prompt_length/mean:([0-9.]+)", (run_dir / "train.log").read_text())]
     assert prompt_lengths and min(prompt_lengths) > 1000, prompt_lengths
     assert (run_dir / "training.png").stat().st_size > 10_000
+    rollouts = [json.loads(line) for f in sorted((run_dir / "rollouts").glob("*.jsonl")) for line in f.open()]
+    assert len(rollouts) == 4 and all("get_product" in r["input"] and r["output"] for r in rollouts)  # tools, text
     console = out.stdout.splitlines()
     assert any(line.startswith("[seal] step 2/2") for line in console), out.stdout
     assert any("held-out success after 2 step(s)" in line for line in console), out.stdout

@@ -2,7 +2,7 @@
 
 Demonstrations are executed ground truth that the verifier accepts; the rendered sequences carry labels only on
 assistant tokens (each assistant message's content and its end-of-message token); a few SFT steps lower the
-loss; ``build_tiny_model(warm_start_steps=...)`` uses this warm start.
+loss, also for the random tiny model.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_tiny_model_warm_start_fits_the_demonstrations(tmp_path, demos):
 
     torch.set_num_threads(2)
     cold = build_tiny_model(tmp_path / "cold", vocab_size=768)
-    warm = build_tiny_model(tmp_path / "warm", vocab_size=768, warm_start_steps=30)
+    warm = sft.warm_started_model(cold, "shop", sft.WarmStartConfig(steps=30, lr=3e-3, demonstrations=36, split=""))
     tok = AutoTokenizer.from_pretrained(warm)
     examples = [e for d in demos for e in sft.render_examples(tok, d)]
     losses = [sft.mean_loss(AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32), examples) for p in (cold, warm)]
