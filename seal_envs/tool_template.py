@@ -96,6 +96,14 @@ def ensure_tool_template(tokenizer, model_name: str = "") -> bool:
     return True
 
 
+def chat_prompt_ids(tokenizer, messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
+    """The token ids of ``messages`` with ``tools``, ending in the assistant generation prompt."""
+    chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+    encoded = tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True)
+    # transformers >= 5 returns a BatchEncoding here, older releases the ids themselves
+    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+
 def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                 add_generation_prompt: bool = False) -> str:
     """Render with ``HERMES_TOOL_TEMPLATE`` without a tokenizer (e.g. to build a tokenizer's training corpus)."""
@@ -107,4 +115,4 @@ def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
                                                         add_generation_prompt=add_generation_prompt)
 
 
-__all__ = ["HERMES_TOOL_TEMPLATE", "ensure_tool_template", "render_chat", "renders_tools"]
+__all__ = ["HERMES_TOOL_TEMPLATE", "chat_prompt_ids", "ensure_tool_template", "render_chat", "renders_tools"]

@@ -20,7 +20,7 @@ from seal_envs.parsing import format_tool_call, parse_tool_calls
 from seal_envs.prefix_cache import PrefixCache
 from seal_envs.spaces import Message
 from seal_envs.task import Task, ToolCall
-from seal_envs.tool_template import ensure_tool_template
+from seal_envs.tool_template import chat_prompt_ids, ensure_tool_template
 
 ABSTAIN_TEXT = "I cannot do that with the available functions; please give me the missing information."
 DONE_TEXT = "Done."
@@ -159,11 +159,7 @@ class HFPolicy:
     def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
         import torch
 
-        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
-        encoded = self.tokenizer.apply_chat_template(chat, tools=tools or None, add_generation_prompt=True,
-                                                     return_tensors="pt")
-        # transformers >= 5 returns a BatchEncoding here, older releases the id tensor itself
-        ids = (encoded["input_ids"] if hasattr(encoded, "keys") else encoded).to(self.device)
+        ids = torch.tensor([chat_prompt_ids(self.tokenizer, messages, tools)], device=self.device)
         sampling = {"do_sample": True, "temperature": self.config.temperature} if self.config.temperature > 0 else {
             "do_sample": False}
         _, cache = self.prefix_cache.lookup(ids[0].tolist())

@@ -1,0 +1,184 @@
+"""SEAL's mechanism measured without training: does the evolved interface change what the policy does?
+
+    python benchmarks/mechanism.py [--model PATH] [--tasks 32] [--samples 8] [--arms original,evolved]
+                                   [--batch-size 16] [--out benchmarks/results/mechanism.json]
+
+The warm-started model seal-train starts from (default: SmolLM2-135M-Instruct after the warm start of
+``seal_trainer/config/seal_cpu.yaml``, taken from its cache) plays the shop domain's training tasks, G samples
+per task at the training temperature, under each arm's interface:
+
+- ``original``: ``InterfaceState()``, what the policy sees before any evolution;
+- ``evolved``: ``evolve(InterfaceState(), <label counts of the original arm>)``, the interface SEAL's first
+  closed-loop step would install from this very failure profile;
+- ``schema_cues`` / ``error_hints`` / ``guidelines``: the evolved state with only that cue family left on
+  (skipped when the evolved state does not turn the family on).
+
+Every arm plays the same tasks with the same sampling seed. Per arm: success rate (reward 1 share), turn pass
+rate (share of agent-attributable turns labelled pass), label shares, the share of GRPO groups (the G samples
+of a task) whose rewards are not all equal (the groups that give a non-zero advantage), truncations and time.
+Generation is batched (``seal_envs.evaluation.batched``); envs run in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from seal_envs.diagnosis import NON_AGENT_LABELS, Label
+from seal_envs.evaluation.batched import Job, Limits, Outcome, play_episodes
+from seal_envs.interface import InterfaceState, evolve
+
+CONFIG = Path(__file__).resolve().parents[1] / "seal_trainer" / "config" / "seal_cpu.yaml"
+CUE_ARMS = ("schema_cues", "error_hints", "guidelines")
+ARMS = ("original", "evolved", *CUE_ARMS)
+NON_AGENT = {label.value for label in NON_AGENT_LABELS}
+
+
+def training_settings(path: Path = CONFIG) -> dict:
+    """The rollout settings of seal-train's CPU config: temperature, budgets, step cap, warm start."""
+    import yaml
+
+    cfg = yaml.safe_load(path.read_text())
+    rollout = cfg["actor_rollout_ref"]["rollout"]
+    return {"temperature": float(rollout["temperature"]), "top_p": float(rollout.get("top_p", 1.0)),
+            "max_steps_per_turn": int(cfg["seal"]["env"]["max_steps_per_turn"]),
+            "max_assistant_turns": int(cfg["seal"]["max_assistant_turns"]),
+            "response_budget": int(cfg["data"]["max_response_length"]),
+            "warm_start": dict(cfg["seal"]["warm_start"])}
+
+
+def default_model(warm_start: Mapping) -> Path:
+    """seal-train's default model folder (the GGUF conversion and warm start are cached, never redone here)."""
+    from seal_trainer.models import resolve_model
+    from seal_trainer.warm_start import WarmStartConfig, warm_started_model
+
+    return warm_started_model(resolve_model("smollm2-135m"), "shop", WarmStartConfig(**warm_start))
+
+
+def arm_interfaces(profile: Mapping[str, int], arms: Sequence[str]) -> dict[str, InterfaceState]:
+    """The interface of each evolved arm, from the original arm's label counts; inactive cue families left out."""
+    evolved = evolve(InterfaceState(), profile)
+    only = {
+        "schema_cues": replace(evolved, error_hints=False, guidelines=()),
+        "error_hints": replace(evolved, schema_cues=False, guidelines=()),
+        "guidelines": replace(evolved, schema_cues=False, error_hints=False),
+    }
+    states = {"evolved": evolved, **only}
+    return {arm: states[arm] for arm in arms if arm != "original" and not states[arm].is_original}
+
+
+def arm_summary(outcomes: Sequence[Outcome], samples: int) -> dict:
+    """Success, turn pass rate, label shares and the share of GRPO groups with a non-zero advantage."""
+    labels = Counter(label for o in outcomes for label in o.labels)
+    agent_turns = sum(n for label, n in labels.items() if label not in NON_AGENT)
+    groups: dict[str, list[float]] = {}
+    for o in outcomes:
+        if not (o.infrastructure_error or o.task_error):  # the trainer leaves these out of GRPO groups
+            groups.setdefault(o.task_id, []).append(o.reward)
+    total = sum(labels.values())
+    return {
+        "rollouts": len(outcomes),
+        "success_rate": sum(o.reward == 1.0 for o in outcomes) / max(1, len(outcomes)),
+        "turn_pass_rate": labels.get(Label.PASS.value, 0) / max(1, agent_turns),
+        "label_shares": {k: v / total for k, v in labels.most_common()},
+        "label_counts": dict(labels.most_common()),
+        "groups": len(groups),
+        "nonzero_advantage_groups": sum(len(set(r)) > 1 for r in groups.values()) / max(1, len(groups)),
+        "truncated": sum(o.truncated for o in outcomes),
+        "samples_per_task": samples,
+    }
+
+
+def markdown(results: Mapping[str, dict]) -> str:
+    rows = ["| arm | rollouts | success | turn pass | non-zero-adv. groups | truncated | time (s) | top labels |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for arm, r in results.items():
+        top = ", ".join(f"{k} {v:.0%}" for k, v in list(r["label_shares"].items())[:4])
+        rows.append(f"| {arm} | {r['rollouts']} | {r['success_rate']:.1%} | {r['turn_pass_rate']:.1%} | "
+                    f"{r['nonzero_advantage_groups']:.1%} | {r['truncated']} | {r['time_s']:.0f} | {top} |")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    train = training_settings()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="a Hugging Face folder; default: seal-train's warm-started SmolLM2")
+    parser.add_argument("--tasks", type=int, default=None, help="use the first N training tasks (default: all)")
+    parser.add_argument("--samples", type=int, default=8, help="G: samples per task")
+    parser.add_argument("--arms", default="original,evolved", help=f"comma-separated, of {', '.join(ARMS)}")
+    parser.add_argument("--temperature", type=float, default=train["temperature"])
+    parser.add_argument("--top-p", type=float, default=train["top_p"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=16, help="episodes generated together (memory)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="cap per message (default: the budget)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "mechanism.json"))
+    args = parser.parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if unknown := sorted(set(arms) - set(ARMS)):
+        parser.error(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
+    if "original" not in arms:  # every other arm evolves from the original arm's profile
+        arms.insert(0, "original")
+
+    import torch
+    from tqdm import tqdm
+
+    from seal_envs.env import ToolUseEnv
+    from seal_envs.evaluation.batch_generate import Sampling, load_generator
+    from seal_envs.spec import load_domain
+
+    torch.set_num_threads(args.threads)
+    model = Path(args.model) if args.model else default_model(train["warm_start"])
+    tokenizer, generator = load_generator(str(model), max_cached=args.batch_size + 8)
+    tasks = list(load_domain("shop").split_tasks("train"))[: args.tasks]
+    jobs = [Job(t.id, s) for t in tasks for s in range(args.samples)]
+    sampling = Sampling(args.temperature, args.top_p, args.seed)
+    limits = Limits(train["response_budget"], train["max_assistant_turns"], args.max_new_tokens)
+    print(f"model {model}\n{len(tasks)} tasks x {args.samples} samples, T={args.temperature}, top_p={args.top_p}, "
+          f"batch {args.batch_size}, arms {', '.join(arms)}", flush=True)
+
+    def run(arm: str, interface: InterfaceState) -> tuple[dict, list[Outcome]]:
+        def make_env():
+            return ToolUseEnv("shop", tasks=tasks, mode="train", sandbox="inprocess",
+                              max_steps_per_turn=train["max_steps_per_turn"], interface=interface)
+
+        t0 = time.time()
+        with tqdm(total=len(jobs), desc=arm, unit="episode") as bar:
+            outcomes = play_episodes(make_env, jobs, tokenizer, generator, sampling, args.batch_size, limits, bar)
+        summary = {**arm_summary(outcomes, args.samples), "time_s": time.time() - t0,
+                   "interface": interface.to_json()}
+        return summary, outcomes
+
+    results, records = {}, {}
+    results["original"], outcomes = run("original", InterfaceState())
+    records["original"] = outcomes
+    profile = Counter(label for o in outcomes for label in o.labels)
+    interfaces = arm_interfaces(profile, arms)
+    for arm in arms[1:]:
+        if arm not in interfaces:
+            print(f"{arm}: the evolved interface does not turn it on for this profile; skipped", flush=True)
+            continue
+        results[arm], records[arm] = run(arm, interfaces[arm])
+    print(markdown(results))
+    doc = {"model": str(model), "tasks": [t.id for t in tasks], "samples": args.samples,
+           "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
+           "limits": asdict(limits), "batch_size": args.batch_size,
+           "generator": {"prefill_tokens": generator.prefill_tokens, "reused_tokens": generator.reused_tokens,
+                         "generated_tokens": generator.generated_tokens},
+           "arms": results,
+           "rollouts": {arm: [{"task_id": o.task_id, "sample": o.sample, "reward": o.reward, "labels": o.labels,
+                               "truncated": o.truncated} for o in outcomes] for arm, outcomes in records.items()}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Play many ``ToolUseEnv`` episodes in lockstep with one Hugging Face model, one batched ``generate`` per round.
+
+Each round renders the prompt of every live episode (its chat template with ``tools=info["tools"]``), continues
+all of them in one ``BatchGenerator.generate`` call and steps each env with its text. A finished episode's env
+takes the next queued episode at once, so the batch stays full. The budgets are the trainer's agent loop's
+(``seal_trainer.agent_loop``): a response budget of tokens after the first prompt (``rollout.response_length``)
+and a cap on assistant messages (``seal.max_assistant_turns``); an episode that exhausts either, or a message
+that stops at its token cap, ends truncated with reward 0, as it does in training.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from seal_envs.env import ToolUseEnv
+from seal_envs.evaluation.batch_generate import BatchGenerator, Sampling
+from seal_envs.tool_template import chat_prompt_ids
+
+
+@dataclass(frozen=True)
+class Job:
+    """One episode to play: a task, and which of its samples this is (for GRPO groups and records)."""
+
+    task_id: str
+    sample: int = 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-episode budgets, as in training; ``max_new_tokens`` optionally caps each message below the budget.
+
+    ``end_on_cap``: a message cut at its token cap ends the episode (training); False sends it to the env as is.
+    """
+
+    response_budget: int = 1024
+    max_assistant_turns: int = 8
+    max_new_tokens: int | None = None
+    end_on_cap: bool = True
+
+
+@dataclass
+class Outcome:
+    """What one episode produced: the env's reward and turn labels, and the actions that led there."""
+
+    task_id: str
+    sample: int
+    reward: float = 0.0
+    labels: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    truncated: bool = False
+    infrastructure_error: bool = False
+    task_error: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Live:
+    job: Job
+    env: ToolUseEnv
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    first_prompt: int = 0
+    outcome: Outcome | None = None
+
+
+def play_episodes(make_env: Callable[[], ToolUseEnv], jobs: Sequence[Job], tokenizer, generator: BatchGenerator,
+                  sampling: Sampling = Sampling(), batch_size: int = 16, limits: Limits = Limits(),
+                  progress: Any = None) -> list[Outcome]:
+    """Play ``jobs`` with at most ``batch_size`` episodes at once; outcomes come back in ``jobs`` order.
+
+    ``make_env`` builds an env (its interface decides the arm); envs are reused across episodes and closed at
+    the end. ``progress``: an object with ``update(n)`` (e.g. tqdm), advanced per finished episode.
+    """
+    queue = deque(enumerate(jobs))
+    outcomes: list[Outcome | None] = [None] * len(jobs)
+    live: list[tuple[int, _Live]] = []
+    idle: list[ToolUseEnv] = []
+    envs: list[ToolUseEnv] = []
+    round_ = 0
+
+    def finish(index: int, episode: _Live) -> None:
+        outcomes[index] = episode.outcome
+        idle.append(episode.env)
+        if progress is not None:
+            progress.update(1)
+
+    try:
+        while queue or live:
+            while queue and len(live) < batch_size:
+                index, job = queue.popleft()
+                if not idle:
+                    envs.append(make_env())
+                    idle.append(envs[-1])
+                episode = _start(idle.pop(), job, tokenizer)
+                if episode.outcome is not None and (episode.outcome.task_error or episode.outcome.infrastructure_error):
+                    finish(index, episode)
+                else:
+                    live.append((index, episode))
+            prompts, budgets, playing = [], [], []
+            for index, episode in live:
+                ids = chat_prompt_ids(tokenizer, episode.messages, episode.tools)
+                budget = limits.response_budget - (len(ids) - episode.first_prompt)
+                if budget <= 0 or len(episode.outcome.actions) >= limits.max_assistant_turns:
+                    episode.outcome.truncated = True
+                    finish(index, episode)
+                    continue
+                prompts.append(ids)
+                budgets.append(min(budget, limits.max_new_tokens or budget))
+                playing.append((index, episode))
+            live = []
+            if not playing:
+                continue
+            generations = generator.generate(prompts, budgets, sampling, step=round_)
+            round_ += 1
+            for (index, episode), generation in zip(playing, generations):
+                text = tokenizer.decode(generation.tokens, skip_special_tokens=True)
+                if _step(episode, text, generation.finished or not limits.end_on_cap):
+                    finish(index, episode)
+                else:
+                    live.append((index, episode))
+    finally:
+        for env in envs:
+            env.close()
+    return [o for o in outcomes if o is not None]
+
+
+def _start(env: ToolUseEnv, job: Job, tokenizer) -> _Live:
+    observation, info = env.reset(options={"task_id": job.task_id})
+    episode = _Live(job, env, [dict(m) for m in observation], list(info["tools"]),
+                    outcome=Outcome(job.task_id, job.sample))
+    if info.get("task_error") or info.get("infrastructure_error"):
+        _step(episode, "", True)  # the env ends such an episode at its first step, with the fault's label
+    else:
+        episode.first_prompt = len(chat_prompt_ids(tokenizer, episode.messages, episode.tools))
+    return episode
+
+
+def _step(episode: _Live, text: str, finished: bool) -> bool:
+    """Step the env with ``text``; True when the episode is over."""
+    outcome = episode.outcome
+    outcome.actions.append(text)
+    observation, reward, terminated, truncated, info = episode.env.step(text)
+    outcome.labels = list(info.get("labels", outcome.labels))
+    if info.get("infrastructure_error") or info.get("task_error"):
+        outcome.infrastructure_error = bool(info.get("infrastructure_error"))
+        outcome.task_error = bool(info.get("task_error"))
+        return True
+    if terminated or truncated:
+        outcome.reward, outcome.truncated = float(reward), bool(truncated and not terminated)
+        return True
+    if not finished:  # the message hit its token cap: training ends the episode here
+        outcome.truncated = True
+        return True
+    episode.messages += [{"role": "assistant", "content": text}, *[dict(m) for m in observation]]
+    episode.tools = list(info.get("tools", episode.tools))
+    return False
+
+
+__all__ = ["Job", "Limits", "Outcome", "play_episodes"]
