@@ -236,14 +236,15 @@ OWNER = f"""
 def test_reaper_spares_live_sandboxes_of_another_pid_namespace(docker_daemon):
     from seal_envs.sandbox.reaper import reap
 
-    owner = run_python(OWNER + "    time.sleep(600)\n", "unshare", "--pid", "--fork", "--mount-proc")
+    owner = run_python(OWNER + "    time.sleep(600)\n", "unshare", "--pid", "--kill-child", "--mount-proc")
     container = owner.stdout.readline().strip()
     try:
         assert container, owner.stderr.read()
         assert container not in reap(docker_daemon)  # its owner's pid means nothing in our namespace
         assert docker_daemon.api.inspect_container(container)["State"]["Running"]
     finally:
-        owner.kill()
+        owner.kill()  # --kill-child: the owner inside the namespace dies with unshare, not 600 s later
+        owner.wait(10)
         docker_daemon.api.remove_container(container, force=True)
 
 
