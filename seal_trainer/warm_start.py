@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from seal_trainer.model_cache import RECIPE_FILE, is_built, save_built
+
 ANSWER_TEXT = "Here is what I found: {}."
 DONE_TEXT = "Done."
 ASK_TEXT = "I need one more detail before I can do that. Could you tell me what to use?"
@@ -181,7 +183,7 @@ class WarmStartConfig:
 
 
 def _recipe(base: Path, domain: str, config: WarmStartConfig) -> str:
-    marker = base / "seal_recipe.json"
+    marker = base / RECIPE_FILE
     base_id = marker.read_text() if marker.exists() else str(base.resolve())
     doc = {"base": base_id, "domain": domain, "config": asdict(config), "v": 1}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
@@ -212,8 +214,7 @@ def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, o
     base = Path(base)
     recipe = _recipe(base, domain, config)
     out = Path(out) if out is not None else base.with_name(f"{base.name}-ws-{recipe}")
-    marker = out / "seal_recipe.json"
-    if marker.exists() and json.loads(marker.read_text()).get("recipe") == recipe:
+    if is_built(out, recipe):
         return out
     t0 = time.time()
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -224,18 +225,10 @@ def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, o
     print(f"[seal] warm start of {base.name}: {config.steps} SFT steps on {len(examples)} sequences from "
           f"{len(demos)} executed {domain} demonstrations", flush=True)
     history = train(model, examples, config.steps, lr=config.lr, seed=config.seed, warmup=config.warmup)
-    tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "warm_start.json").write_text(json.dumps({"config": asdict(config), "domain": domain, "base": str(base),
-                                                     "sequences": len(examples), "loss": history,
-                                                     "time_s": round(time.time() - t0, 1)}, indent=1))
-    (tmp / "seal_recipe.json").write_text(json.dumps({"recipe": recipe, "base": str(base)}))
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)
+    save_built(model, tokenizer, out, {"recipe": recipe, "base": str(base)},
+               {"warm_start.json": json.dumps({"config": asdict(config), "domain": domain, "base": str(base),
+                                               "sequences": len(examples), "loss": history,
+                                               "time_s": round(time.time() - t0, 1)}, indent=1)})
     return out
 
 
