@@ -218,6 +218,16 @@ def seal_grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.
     return out, out
 
 
+def informative_groups(index: Sequence[Any], rewards: Sequence[float], valid: Sequence[bool] | None = None
+                       ) -> tuple[int, int]:
+    """(groups whose valid rewards differ, groups): only the former give GRPO a non-zero advantage."""
+    groups: dict[Any, set[float]] = defaultdict(set)
+    for i, (key, r) in enumerate(zip(index, rewards)):
+        if valid is None or bool(valid[i]):
+            groups[key].add(float(r))
+    return sum(len(v) > 1 for v in groups.values()), len(groups)
+
+
 def weight_metrics(weights: np.ndarray, valid: np.ndarray | None = None, prefix: str = "seal/w") -> dict[str, float]:
     w = weights if valid is None or not valid.any() else weights[valid]
     if w.size == 0:

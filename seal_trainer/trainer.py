@@ -42,7 +42,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
 from seal_trainer.advantage import (
-    Reweighter, as_labels, label_distribution, seal_grpo_advantage, weight_metrics,
+    Reweighter, as_labels, informative_groups, label_distribution, seal_grpo_advantage, weight_metrics,
 )
 from seal_trainer.closed_loop import ClosedLoop, interface_summary
 from seal_trainer.config import seal_config_from
@@ -113,10 +113,10 @@ class SealPPOTrainer(PPOTrainerSync):
         output = TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
                              "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(batch))
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
-        self._record(labels, infra, weights, rewards, extras, metrics)
+        self._record(labels, infra, weights, rewards, extras, metrics, uids)
         return batch
 
-    def _record(self, labels, infra, weights, rewards, extras, metrics: dict) -> None:
+    def _record(self, labels, infra, weights, rewards, extras, metrics: dict, uids=None) -> None:
         valid = ~infra
         dist = label_distribution([l for l, ok in zip(labels, valid) if ok])
         profile = self.closed_loop.observe(labels, valid)
@@ -128,6 +128,9 @@ class SealPPOTrainer(PPOTrainerSync):
         if rewards is not None:
             r = np.asarray(rewards, dtype=float)
             step_metrics["seal/reward_mean"] = float(r[valid].mean()) if valid.any() else 0.0
+        if rewards is not None and uids is not None:
+            informative, groups = informative_groups(uids, rewards, valid)
+            step_metrics.update({"seal/informative_groups": float(informative), "seal/groups": float(groups)})
         step_metrics.update(weight_metrics(np.asarray(weights), valid))
         step_metrics.update({f"seal/label_share/{k}": v for k, v in dist.items()})
         metrics.update(step_metrics)
@@ -135,7 +138,8 @@ class SealPPOTrainer(PPOTrainerSync):
             "labels": dist, "profile": profile, "w": weight_metrics(np.asarray(weights), valid, prefix="w"),
             "weights": [round(float(w), 4) for w in weights], "infrastructure_errors": int(infra.sum()),
             "reward_mean": step_metrics.get("seal/reward_mean"), "rho": self.reweighter.state()["rho"],
-            "n": len(labels),
+            "n": len(labels), "groups": step_metrics.get("seal/groups"),
+            "informative_groups": step_metrics.get("seal/informative_groups"),
         }
 
     # ------------------------------------------------------------------ closed loop
@@ -165,7 +169,8 @@ class SealPPOTrainer(PPOTrainerSync):
             self._step_started = now
             reward = s.get("reward_mean")
             print(f"[seal] step {self.global_steps}/{self.total_training_steps}{took}: reward "
-                  f"{reward if reward is None else f'{reward:.3f}'} | w mean {w.get('w/mean', 1):.2f} "
+                  f"{reward if reward is None else f'{reward:.3f}'} | informative groups "
+                  f"{s.get('informative_groups') or 0:.0f}/{s.get('groups') or 0:.0f} | w mean {w.get('w/mean', 1):.2f} "
                   f"[{w.get('w/min', 1):.2f}, {w.get('w/max', 1):.2f}] | infra {s.get('infrastructure_errors', 0)} | "
                   f"interface {interface_summary(before)} -> {interface_summary(state)} | labels {labels}", flush=True)
 
@@ -184,8 +189,11 @@ class SealPPOTrainer(PPOTrainerSync):
         self._log({"step": self.global_steps, "time": time.time(), "validation": {
             "success": value, "tasks": len(self.val_dataset),
             "metrics": {k: float(v) for k, v in metrics.items() if k.startswith("val-core/")}}})
-        print(f"[seal] held-out success after {self.global_steps} step(s): {value:.3f} on {len(self.val_dataset)} "
-              f"tasks (eval mode, original interface, greedy)", flush=True)
+        per_source = {"/".join(k.split("/")[1:-2]): v for k, v in metrics.items()
+                      if k.startswith("val-core/") and "/reward/mean@" in k}
+        sources = f" ({', '.join(f'{s} {v:.3f}' for s, v in per_source.items())})" if len(per_source) > 1 else ""
+        print(f"[seal] held-out success after {self.global_steps} step(s): {value:.3f}{sources} on "
+              f"{len(self.val_dataset)} tasks (eval mode, original interface, greedy)", flush=True)
         return metrics
 
     def _consume_sync_metrics(self) -> dict:

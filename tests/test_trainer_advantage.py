@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from seal_trainer.advantage import (
-    FIXED_RHO, DynamicRho, ReweightConfig, Reweighter, label_shares, seal_grpo_advantage, trajectory_weight,
+    FIXED_RHO, DynamicRho, ReweightConfig, Reweighter, informative_groups, label_shares, seal_grpo_advantage,
+    trajectory_weight,
 )
 
 
@@ -129,3 +130,11 @@ def test_registered_estimator_reachable_from_verl():
     fn = get_adv_estimator_fn("seal_grpo")
     adv, _ = fn(token_level_rewards=_rewards([1.0, 0.0]), response_mask=torch.ones(2, 5), index=np.array([0, 0]))
     assert adv[0, 0] > 0 > adv[1, 0]
+
+
+def test_informative_groups_count_groups_whose_valid_rewards_differ():
+    uids = ["a", "a", "b", "b", "c", "c"]
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    assert informative_groups(uids, rewards) == (2, 3)
+    # the only failure of group "c" is an infrastructure error: what is left has no spread
+    assert informative_groups(uids, rewards, valid=[True, True, True, True, True, False]) == (1, 3)
