@@ -25,7 +25,6 @@ fetches each trajectory's labels from the rollout's ``extra_fields`` and calls
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field

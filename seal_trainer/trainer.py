@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
