@@ -4,6 +4,7 @@
     python benchmarks/comparison.py --arms vanilla full no_reweighting --seeds 0 1 2 3
     python benchmarks/comparison.py --aggregate-only                  # table/JSON/PNG from finished runs
     python benchmarks/comparison.py --dry-run                         # print the seal-train commands only
+    python benchmarks/comparison.py --train-file T --val-file V --set actor_rollout_ref.model.path=M ...
 
 Each (arm, seed) is one ``seal-train`` run of the embedded default (``seal_trainer/config/seal_cpu.yaml``:
 SmolLM2-135M-Instruct after its cached warm start, shop's procedural training split, tools in Docker), changed
@@ -22,7 +23,8 @@ same weights. Per step the runs also record the training reward, the share of GR
 Outputs under ``--out``: ``runs/<arm>_s<seed>/`` (seal-train's run folders: train.log, seal_steps.jsonl, verl
 metrics, rollouts), ``comparison.json`` and ``comparison.png`` (held-out and bundled success against steps, per
 arm, mean and spread over seeds; informative groups per step). Runs whose trainer fails stop the script with the
-trainer's log tail; nothing is estimated or filled in.
+trainer's log tail; nothing is estimated or filled in. ``--train-file``/``--val-file`` and ``--set`` run the same
+experiment on other data and settings (``benchmarks/replication/run.py``: the tiny model).
 """
 
 from __future__ import annotations
@@ -211,8 +213,7 @@ def finish(args, runs: list[dict[str, Any]], wall: float | None) -> None:
     doc = {"date": time.strftime("%Y-%m-%d"), "settings": settings, "runs": runs, **agg, "wall_s": wall}
     (args.out / "comparison.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(agg, args.steps, args.out / "comparison.png",
-         f"SmolLM2-135M warm-started, shop: {' vs '.join(agg['arms'])}, {args.steps} GRPO steps, "
-         f"{time.strftime('%Y-%m-%d')}")
+         f"{args.title}: {' vs '.join(agg['arms'])}, {args.steps} GRPO steps, {time.strftime('%Y-%m-%d')}")
     print_table(agg, args.steps)
     print(f"wrote {args.out / 'comparison.json'} and {args.out / 'comparison.png'}")
 
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2, help="GRPO steps per run (main job's batch: 2 prompts x 4)")
     p.add_argument("--bundled", type=int, default=6, help="hand-written shop tasks validated as the OOD check")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more seal-train overrides, every run")
+    p.add_argument("--train-file", type=Path, help="training parquet (default: the main job's, see write_data)")
+    p.add_argument("--val-file", type=Path, help="validation parquet (default: held-out + bundled, see write_data)")
+    p.add_argument("--title", default="SmolLM2-135M warm-started, shop", help="the plot's title")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--run-timeout", type=float, default=3600)
     p.add_argument("--dry-run", action="store_true")
@@ -237,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                 for a in args.arms for s in args.seeds if (d := args.out / "runs" / f"{a}_s{s}").exists()]
         finish(args, [r for r in runs if str(args.steps) in r["validation"]["heldout"]], None)
         return 0
-    train, val = write_data(args.out / "data", args.bundled)
+    if (args.train_file is None) != (args.val_file is None):
+        raise SystemExit("--train-file and --val-file go together")
+    train, val = (args.train_file, args.val_file) if args.train_file else write_data(args.out / "data", args.bundled)
     runs: list[dict[str, Any]] = []
     t0 = time.time()
     for seed in args.seeds:
