@@ -1,4 +1,5 @@
-"""``seal-envs``: build sandbox images ahead of time and clean up after killed runs."""
+"""``seal-envs``: check a domain before training on it, build sandbox images ahead of time and clean up after
+killed runs."""
 
 from __future__ import annotations
 
@@ -25,11 +26,35 @@ def _sandbox_reap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from seal_envs.validation import ValidationConfig, validate_domain
+
+    try:
+        report = validate_domain(args.domain, ValidationConfig(args.sandbox, args.tasks, args.split), progress=True)
+    except ValueError as exc:  # the spec or task file does not load (SpecError says where)
+        print(f"seal-envs validate: {exc}", file=sys.stderr)
+        return 1
+    for problem in report.problems:
+        print(problem)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from seal_envs.sandbox.image import KINDS
 
     parser = argparse.ArgumentParser(prog="seal-envs", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    validate = commands.add_parser(
+        "validate", help="check a domain: implementations resolve, every task's ground truth replays, obeys the "
+                         "tools' schemas and holds its required responses")
+    validate.add_argument("domain", help="a bundled domain name (e.g. shop) or a folder with tools.json")
+    validate.add_argument("--tasks", help="a tasks.json to check (default: the one beside tools.json)")
+    validate.add_argument("--split", help="check the domain's declared task_splits split (e.g. train) instead")
+    validate.add_argument("--sandbox", choices=("inprocess", "docker"), default="inprocess",
+                          help="where the ground truth runs (inprocess: fast, no isolation: trusted code only)")
+    validate.set_defaults(handler=_validate)
 
     image = commands.add_parser("image", help="sandbox images").add_subparsers(dest="action", required=True)
     build = image.add_parser("build", help="build (or find) a sandbox image and print its tag")

@@ -26,6 +26,7 @@ from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, Turn
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
 from seal_envs.parsing import ParseLimits
 from seal_envs.protocol import NATIVE, Protocol
+from seal_envs.resolve import check_implementations
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
@@ -75,6 +76,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         interface: a starting interface state for training envs (e.g. loaded from a checkpoint).
         protocol: the benchmark's conversation rules (decoding, reachable functions, result wording).
         parse_limits: caps on the calls and call size one assistant message may carry.
+
+    Raises ``UnresolvedImplementations`` (a ``ValueError``) when a tool's implementation names a module, class or
+    method that does not exist (resolved inside a sandbox, see ``seal_envs.resolve``).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -122,6 +126,10 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.protocol = protocol
         self.python_paths = tuple(str(p) for d in self.domains for p in d.python_paths)
         self._code = "+".join(d.code_hash() for d in self.domains)  # the tool code running now
+        try:  # a typo in an implementation fails here, naming the file and tool, not at reset as a task_error
+            check_implementations(self.domains, self.sandbox_config, self.python_paths, self._code)
+        except (SandboxError, RuntimeError) as exc:  # no sandbox now: reset reports that as an infrastructure error
+            log.warning("could not check the tool implementations in a sandbox: %s", exc)
         self._interface = InterfaceState() if mode == "eval" or interface is None else interface
         self.action_space = UnicodeText(max_length=1 << 16)
         self.observation_space = ChatMessages()

@@ -25,13 +25,13 @@ import hashlib
 import json
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from seal_envs.diagnosis import TurnVerdict
 from seal_envs.protocol import NATIVE, Protocol
-from seal_envs.sandbox.base import Sandbox
+from seal_envs.sandbox.base import CallResult, Sandbox
 from seal_envs.spec.loader import ToolSpec
 from seal_envs.task import Task, Turn
 
@@ -54,21 +54,26 @@ def episode_classes(task: Task, tools: Mapping[str, ToolSpec]) -> dict[str, Any]
     return {path: task.initial_state.get(path) for path in sorted(paths)}
 
 
-def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
-                     protocol: Protocol = NATIVE, code: str = "") -> tuple[TurnReference, ...]:
-    """Execute the ground truth turn by turn from the initial state and record state and outputs (in the
-    protocol's comparable form, in a fresh episode process of the sandbox, which no agent's call has touched)."""
+def replay_turns(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
+                 code: str = "") -> Iterator[tuple[list[CallResult], dict[str, Any]]]:
+    """Execute the ground truth turn by turn from the initial state, in a fresh episode process of the sandbox
+    (which no agent's call has touched); per turn, each call's result and the state after the turn."""
     sandbox.reset(episode_classes(task, tools), python_paths, code)
-    references = []
     for turn in task.turns:
-        outputs = []
+        results = []
         for call in turn.ground_truth:
             if call.name not in tools:
                 raise KeyError(f"task {task.id!r}: ground-truth call to unknown tool {call.name!r}")
-            outputs.append(protocol.output(sandbox.call(tools[call.name].implementation, call.arguments)))
-        judged = bool(turn.ground_truth) or task.metadata.get("checker") != "bfcl"
-        references.append(TurnReference(state=sandbox.snapshot(), outputs=tuple(outputs), judged=judged))
-    return tuple(references)
+            results.append(sandbox.call(tools[call.name].implementation, call.arguments))
+        yield results, sandbox.snapshot()
+
+
+def replay_reference(task: Task, sandbox: Sandbox, tools: Mapping[str, ToolSpec], python_paths: Sequence[str] = (),
+                     protocol: Protocol = NATIVE, code: str = "") -> tuple[TurnReference, ...]:
+    """The ground truth's state and outputs per turn (outputs in the protocol's comparable form)."""
+    return tuple(TurnReference(state=state, outputs=tuple(protocol.output(r) for r in results),
+                               judged=bool(turn.ground_truth) or task.metadata.get("checker") != "bfcl")
+                 for turn, (results, state) in zip(task.turns, replay_turns(task, sandbox, tools, python_paths, code)))
 
 
 def _diff(a: Any, b: Any, path: str, out: list[str]) -> None:

@@ -14,7 +14,7 @@ from seal_envs.bfcl.reference import bfcl_pipeline  # noqa: E402
 from seal_envs.evaluation.cli import main  # noqa: E402
 from seal_envs.evaluation.fingerprint import run_fingerprint  # noqa: E402
 from seal_envs.evaluation.policies import ReplayPolicy, from_openai_message, to_openai_messages  # noqa: E402
-from seal_envs.evaluation.runner import run_episode  # noqa: E402
+from seal_envs.evaluation.runner import run_episode, stratified  # noqa: E402
 from seal_envs.parsing import format_tool_call, parse_tool_calls  # noqa: E402
 from seal_envs.task import ToolCall  # noqa: E402
 
@@ -35,7 +35,7 @@ def test_eval_parity_fingerprint_is_bfcls_own_pipelines(tmp_path, capsys):
     """seal-eval prints and stores the hash of every request it sent; BFCL's loop sends the same for the tasks."""
     assert main(["--split", "eval", "--limit", "12", "--sandbox", "inprocess", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "results.json").read_text())
-    tasks = bfcl_tasks("eval")[:12]
+    tasks = stratified(bfcl_tasks("eval"), 12)
     assert [e["requests_sha256"] for e in doc["episodes"]] == [
         bfcl_pipeline(t, ReplayPolicy()).requests_sha256 for t in tasks]
     expected = run_fingerprint(e["requests_sha256"] for e in doc["episodes"])

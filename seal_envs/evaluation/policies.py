@@ -4,12 +4,14 @@
   in one message, then a short text answer. Used to prove the pipeline scores 100.
 - ``OpenAIPolicy``: an OpenAI-compatible ``/chat/completions`` endpoint with ``tools=`` (urllib only).
 - ``HFPolicy``: a local Hugging Face model, prompted through its chat template with ``tools=``.
+- ``Serialized``: one policy shared by ``seal-eval``'s worker threads, one request at a time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -42,15 +44,19 @@ def ground_truth_script(task: Task) -> list[list[ToolCall]]:
 
 
 class ReplayPolicy:
-    """Replays a script: per turn, one message with the turn's calls (if any), then a text answer."""
+    """Replays a script: per turn, one message with the turn's calls (if any), then a text answer. The answer
+    states the turn's ``required_response`` content, as a real agent's answer reporting the results would
+    (``seal-envs validate`` checks that the replayed outputs hold it)."""
 
     def __init__(self, script: Script = ground_truth_script):
         self.script = script
         self._plan: list[list[ToolCall]] = []
+        self._required: list[tuple[str, ...]] = []
         self._sent: set[int] = set()
 
     def start(self, task: Task) -> None:
         self._plan = [list(calls) for calls in self.script(task)]
+        self._required = [turn.required_response for turn in task.turns]
         self._sent = set()
 
     def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
@@ -58,7 +64,27 @@ class ReplayPolicy:
         if calls and turn not in self._sent:
             self._sent.add(turn)
             return "\n".join(format_tool_call(c) for c in calls)
-        return DONE_TEXT if calls else ABSTAIN_TEXT
+        answer = DONE_TEXT if calls else ABSTAIN_TEXT
+        required = self._required[turn] if turn < len(self._required) else ()
+        return f"{answer} {'; '.join(required)}" if required else answer
+
+
+class Serialized:
+    """One policy shared by worker threads that answers one request at a time: a local model (and its prefix
+    cache) is not thread-safe, and loading it once per worker would multiply its memory. The episodes' tools
+    still run concurrently. Only for policies whose ``start`` keeps no per-episode state."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self._lock = threading.Lock()
+
+    def start(self, task: Task) -> None:
+        with self._lock:
+            self.policy.start(task)
+
+    def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
+        with self._lock:
+            return self.policy.act(messages, tools, turn)
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""BFCL's multi-turn table (per category and their unweighted mean, as in the paper), labels, JSON and a chart."""
+"""The results table (per category and their unweighted mean, as BFCL's multi-turn paper reports it), labels,
+``results.json`` with every transcript, a chart, and two runs side by side."""
 
 from __future__ import annotations
 
@@ -57,8 +58,9 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 def write_results(out_dir: Path, summary: dict[str, Any], records: Sequence[EpisodeRecord],
-                  config: dict[str, Any]) -> tuple[Path, Path]:
-    """``results.json`` (summary, config, every episode) and ``accuracy.png`` (bar chart of the table)."""
+                  config: dict[str, Any], run: dict[str, str]) -> tuple[Path, Path]:
+    """``results.json`` (run, config, summary, every episode with its transcript) and ``accuracy.png``: success
+    per category and the turn-label distribution, titled with the policy's name, the benchmark and the date."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,18 +68,73 @@ def write_results(out_dir: Path, summary: dict[str, Any], records: Sequence[Epis
 
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.json"
-    results.write_text(json.dumps({"config": config, "summary": summary,
+    results.write_text(json.dumps({"run": run, "config": config, "summary": summary,
                                    "episodes": [r.to_json() for r in records]}, indent=1, default=str))
-    names = ["Average"] + [CATEGORY_TITLES.get(c, c) for c in summary["accuracy"]]
+    names = ["Average"] + [f"{CATEGORY_TITLES.get(c, c)}\n(n={summary['counts'][c]})" for c in summary["accuracy"]]
     values = [summary["average"], *summary["accuracy"].values()]
-    fig, ax = plt.subplots(figsize=(1.4 * len(names) + 2, 3.5))
-    bars = ax.bar(names, values, color=["#444444"] + ["#4c72b0"] * (len(names) - 1))
-    ax.bar_label(bars, fmt="%.2f")
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"BFCL V3 multi-turn ({summary['tasks']} tasks)")
+    labels = list(summary["labels"].items())[::-1]
+    total = sum(summary["labels"].values()) or 1
+    fig, (left, right) = plt.subplots(1, 2, figsize=(1.3 * len(names) + 7, 4.2),
+                                      gridspec_kw={"width_ratios": [len(names) + 1, 5]})
+    bars = left.bar(names, values, color=["#444444"] + ["#4c72b0"] * (len(names) - 1))
+    left.bar_label(bars, fmt="%.1f")
+    left.set_ylim(0, 108)
+    left.set_ylabel("success (%)")
+    left.set_title(f"success per category ({summary['tasks']} tasks)", fontsize=10)
+    shares = right.barh([n for n, _ in labels], [100 * c / total for _, c in labels], color="#55a868")
+    right.bar_label(shares, fmt="%.1f%%", fontsize=8)
+    right.set_xlim(0, 115)
+    right.set_xlabel("share of turns (%)")
+    right.set_title(f"turn labels ({total} turns)", fontsize=10)
+    right.tick_params(axis="y", labelsize=8)
+    fig.suptitle(f"{run['name']} on {run['benchmark']} ({run['date'][:10]})")
     fig.tight_layout()
     chart = out_dir / "accuracy.png"
     fig.savefig(chart, dpi=120)
     plt.close(fig)
     return results, chart
+
+
+def load_results(folder: Path) -> dict[str, Any]:
+    """A run's ``results.json`` (given its folder or the file)."""
+    file = folder / "results.json" if folder.is_dir() else folder
+    if not file.is_file():
+        raise ValueError(f"{folder}: no results.json (a folder written by seal-eval --out)")
+    return json.loads(file.read_text())
+
+
+def format_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Two runs side by side: success overall and per category, label shares, and the tasks whose verdict
+    differs (when the runs share tasks)."""
+    def title(doc: dict[str, Any]) -> str:
+        run = doc.get("run", {})
+        return f"{run.get('name', doc['config'].get('policy'))} on {run.get('benchmark', '?')} ({run.get('date', '?')})"
+
+    sa, sb = a["summary"], b["summary"]
+    rows = [("tasks", sa["tasks"], sb["tasks"]), ("Average", sa["average"], sb["average"])]
+    rows += [(CATEGORY_TITLES.get(c, c), sa["accuracy"].get(c), sb["accuracy"].get(c))
+             for c in dict.fromkeys([*sa["accuracy"], *sb["accuracy"]])]
+    ta, tb = sum(sa["labels"].values()) or 1, sum(sb["labels"].values()) or 1
+    shares = [(label, 100 * sa["labels"].get(label, 0) / ta, 100 * sb["labels"].get(label, 0) / tb)
+              for label in dict.fromkeys([*sa["labels"], *sb["labels"]])]
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else str(value) if isinstance(value, int) else f"{value:.2f}"
+
+    def line(name: str, x: Any, y: Any) -> str:
+        delta = f"{y - x:+.2f}" if isinstance(x, float) and isinstance(y, float) else ""
+        return f"  {name:<28}{cell(x):>10}{cell(y):>10}{delta:>10}"
+
+    out = [f"A: {title(a)}", f"B: {title(b)}", "", f"  {'success (%)':<28}{'A':>10}{'B':>10}{'B-A':>10}"]
+    out += [line(*row) for row in rows]
+    out += ["", f"  {'turn labels (% of turns)':<28}{'A':>10}{'B':>10}{'B-A':>10}"]
+    out += [line(*row) for row in shares]
+    passed_a = {e["task_id"]: e["passed"] for e in a["episodes"]}
+    passed_b = {e["task_id"]: e["passed"] for e in b["episodes"]}
+    shared = passed_a.keys() & passed_b.keys()
+    gained = sorted(t for t in shared if passed_b[t] and not passed_a[t])
+    lost = sorted(t for t in shared if passed_a[t] and not passed_b[t])
+    out += ["", f"shared tasks: {len(shared)}; passed only in B: {len(gained)}; passed only in A: {len(lost)}"]
+    out += [f"  only in B: {', '.join(gained[:10])}{' ...' if len(gained) > 10 else ''}"] if gained else []
+    out += [f"  only in A: {', '.join(lost[:10])}{' ...' if len(lost) > 10 else ''}"] if lost else []
+    return "\n".join(out)

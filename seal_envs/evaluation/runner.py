@@ -1,12 +1,19 @@
-"""Run one policy episode through ``ToolUseEnv`` and keep what the BFCL report and the official checker need."""
+"""Run policy episodes through ``ToolUseEnv`` (one after another or on worker threads) and keep what the report,
+the official checker and a reader of the transcripts need."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tqdm import tqdm
+
 from seal_envs.evaluation.fingerprint import RequestLog
 from seal_envs.evaluation.policies import Policy
+from seal_envs.spaces import Message
 from seal_envs.task import Task, ToolCall
 
 
@@ -26,6 +33,7 @@ class EpisodeRecord:
     diagnoses: list[dict[str, Any]] = field(default_factory=list)
     official_valid: bool | None = None
     requests_sha256: str = ""  # hash of every request the policy was sent (``seal_envs.evaluation.fingerprint``)
+    messages: list[Message] = field(default_factory=list)  # the transcript: every message, the policy's included
 
     @property
     def passed(self) -> bool:
@@ -65,4 +73,62 @@ def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
     record.labels = list(info["labels"])
     record.infrastructure_error = bool(info.get("infrastructure_error"))
     record.requests_sha256 = requests.hexdigest()
+    record.messages = messages
     return record
+
+
+def stratified(tasks: Sequence[Task], limit: int | None) -> tuple[Task, ...]:
+    """At most ``limit`` tasks with every category in proportion to its size (largest remainders; each category
+    gets one when the limit allows), the first of each category in task order: deterministic, and a short run
+    still sees every category."""
+    if limit is None or limit >= len(tasks):
+        return tuple(tasks)
+    by_category: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_category.setdefault(task.category, []).append(task)
+    quota = {c: limit * len(ts) // len(tasks) for c, ts in by_category.items()}
+    if limit >= len(by_category):
+        quota = {c: max(q, 1) for c, q in quota.items()}
+    by_remainder = sorted(by_category, key=lambda c: -(limit * len(by_category[c]) % len(tasks)))
+    for category in by_remainder:
+        if sum(quota.values()) >= limit:
+            break
+        quota[category] += 1
+    while sum(quota.values()) > limit:  # the minimum of one overshot: take back from the largest quotas
+        quota[max(quota, key=quota.get)] -= 1
+    chosen = {id(t) for c, ts in by_category.items() for t in ts[: quota[c]]}
+    return tuple(t for t in tasks if id(t) in chosen)
+
+
+def run_episodes(tasks: Sequence[Task], make_env: Callable[[], Any], make_policy: Callable[[], Policy],
+                 workers: int = 1, progress: bool = True) -> list[EpisodeRecord]:
+    """Every task's record, in task order. ``workers`` threads each own one env (so one sandbox) and one policy
+    from ``make_policy`` and play episodes concurrently: tools run in sandboxes, and a verdict depends only on
+    its own episode, so the records equal a run with one worker."""
+    records: list[EpisodeRecord | None] = [None] * len(tasks)
+    pending = iter(range(len(tasks)))
+    lock = threading.Lock()
+    bar = tqdm(total=len(tasks), desc="seal-eval", unit="task", disable=not progress)
+
+    def work() -> None:
+        env, policy = make_env(), make_policy()
+        try:
+            while True:
+                with lock:
+                    index = next(pending, None)
+                if index is None:
+                    return
+                records[index] = run_episode(env, policy, tasks[index])
+                with lock:
+                    bar.update()
+        finally:
+            env.close()
+
+    count = max(1, min(workers, len(tasks)))
+    try:
+        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="seal-eval") as pool:
+            for future in [pool.submit(work) for _ in range(count)]:
+                future.result()
+    finally:
+        bar.close()
+    return records

@@ -91,6 +91,14 @@ class Sandbox(abc.ABC):
         """
 
     @abc.abstractmethod
+    def resolve(self, targets: list[str], python_paths: list[str] | tuple[str, ...] = (),
+                code: str = "") -> dict[str, str]:
+        """Which ``package.module:Class[.method]`` targets do not exist, and why (target -> problem). The
+        domain's modules are imported where its tools run (inside the sandbox), never in the host process.
+        Ends the running episode. Raises ``SandboxError`` when the sandbox fails, ``ValueError`` when importing
+        the domain's code hangs or crashes its process."""
+
+    @abc.abstractmethod
     def call(self, target: str, arguments: dict[str, Any]) -> CallResult:
         """Execute ``package.module:Class.method(**arguments)``; never raises."""
 

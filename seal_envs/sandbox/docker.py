@@ -355,24 +355,36 @@ class DockerSandbox(Sandbox):
     def _deadline_s(self) -> float:
         return 2 * self.config.call_timeout_s + SUPERVISOR_GRACE_S
 
-    def reset(self, classes: dict[str, Any], python_paths: list[str] | tuple[str, ...] = (), code: str = "") -> None:
-        """A fresh episode process. Only the supervisor's answer that the task's classes failed to load is the
-        task's fault (``ValueError``); a sandbox that does not answer is ours (``SandboxError``, retried)."""
-        paths = [os.path.abspath(str(p)) for p in python_paths]
+    def _fresh_process(self, request: dict[str, Any], what: str) -> dict[str, Any]:
+        """Send a request that starts a fresh episode process (``reset``, ``resolve``) and return its answer.
+        Only the supervisor's answer that the domain's code or the task's classes failed is the task's fault
+        (``ValueError``); a sandbox that does not answer is ours (``SandboxError``, retried)."""
+        paths = [os.path.abspath(str(p)) for p in request["python_paths"]]
         with self._lock:
-            self._require_alive("reset")
+            self._require_alive(request["op"])
             self._mount(paths)
-            reply = self._request({"op": "reset", "classes": classes, "python_paths": paths, "code": code},
-                                  self._deadline_s, SNAPSHOT_REPLY_LIMIT)
+            reply = self._request({**request, "python_paths": paths}, self._deadline_s, SNAPSHOT_REPLY_LIMIT)
         if reply["ok"]:
-            return
+            return reply
         if "failure" in reply:
             failure: CallResult = reply["failure"]
-            raise SandboxError(f"the sandbox failed while loading the task state: {failure.error_type}: "
-                               f"{failure.error}")
+            raise SandboxError(f"the sandbox failed trying to {what}: {failure.error_type}: {failure.error}")
         if reply.get("sandbox"):
             raise SandboxError(f"the sandbox cannot start an episode: {_error_text(reply)}")
-        raise ValueError(f"cannot load the task state: {_error_text(reply)}")
+        raise ValueError(f"cannot {what}: {_error_text(reply)}")
+
+    def reset(self, classes: dict[str, Any], python_paths: list[str] | tuple[str, ...] = (), code: str = "") -> None:
+        self._fresh_process({"op": "reset", "classes": classes, "python_paths": list(python_paths), "code": code},
+                            "load the task state")
+
+    def resolve(self, targets: list[str], python_paths: list[str] | tuple[str, ...] = (),
+                code: str = "") -> dict[str, str]:
+        reply = self._fresh_process({"op": "resolve", "targets": list(targets), "python_paths": list(python_paths),
+                                     "code": code}, "import the domain's code")
+        problems = reply.get("problems")
+        if not isinstance(problems, dict):
+            raise SandboxError(f"the sandbox answered resolve out of protocol: {reply!r:.200}")
+        return {str(k): str(v) for k, v in problems.items()}
 
     def _mount(self, paths: list[str]) -> None:
         """Make ``paths`` visible in the container: new ones are added to every later container, and this one

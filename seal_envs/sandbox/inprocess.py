@@ -18,6 +18,11 @@ class InProcessSandbox(Sandbox):
         if not reply["ok"]:
             raise ValueError(f"cannot load the task state: {reply['error']['type']}: {reply['error']['message']}")
 
+    def resolve(self, targets: list[str], python_paths=(), code: str = "") -> dict[str, str]:
+        self._server.instances = {}
+        reply = self._server.handle({"op": "resolve", "targets": list(targets), "python_paths": list(python_paths)})
+        return reply["problems"]
+
     def call(self, target: str, arguments: dict[str, Any]) -> CallResult:
         # a JSON copy, as the Docker backend's wire gives: tools may keep and mutate their argument lists
         reply = self._server.handle({"op": "call", "target": target, "arguments": json.loads(json.dumps(arguments))})

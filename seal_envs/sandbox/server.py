@@ -19,6 +19,8 @@ Requests and replies, one JSON object per line, replies echo the request's ``id`
   {"op": "reset", "classes": {"pkg.mod:Class": state|null}, "python_paths": [...], "code": "hash"}
   {"op": "call", "target": "pkg.mod:Class.method", "arguments": {...}}  -> {"ok": true, "result": ..., "text": "..."}
   {"op": "snapshot"}                                                      -> {"ok": true, "state": {...}}
+  {"op": "resolve", "targets": ["pkg.mod:Class.method", ...], "python_paths": [...], "code": "hash"}
+                                                         -> {"ok": true, "problems": {target: "what is missing"}}
   {"op": "ping"}                                                          -> {"ok": true}
 Failures reply {"ok": false, "error": {"type": "ExceptionName", "message": "..."}}; a failed call after
 which the episode's state could not be rebuilt also carries ``"lost": true``, a reset that could not start
@@ -31,6 +33,7 @@ A call's ``result`` is the JSON view of what the tool returned; ``text`` is the 
 from __future__ import annotations
 
 import ctypes
+import difflib
 import importlib
 import json
 import os
@@ -99,6 +102,11 @@ def public_state(instance: Any) -> dict[str, Any]:
     return {k: to_jsonable(v) for k, v in vars(instance).items() if not k.startswith("_")}
 
 
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def error_reply(error_type: str, message: str, limit: int, **extra: Any) -> dict[str, Any]:
     """A failure reply whose message is capped at ``limit`` characters (tools may raise huge messages)."""
     if len(message) > limit:
@@ -113,10 +121,14 @@ class ToolServer:
         self.max_output_bytes = max_output_bytes
         self.instances: dict[str, Any] = {}
 
-    def reset(self, classes: dict[str, Any], python_paths: list[str] | None = None) -> None:
+    @staticmethod
+    def _add_paths(python_paths: list[str] | None) -> None:
         for path in python_paths or []:
             if path not in sys.path:
                 sys.path.insert(0, path)
+
+    def reset(self, classes: dict[str, Any], python_paths: list[str] | None = None) -> None:
+        self._add_paths(python_paths)
         instances = {}
         for class_path, state in classes.items():
             module_name, class_name = class_path.split(":")
@@ -128,6 +140,28 @@ class ToolServer:
                 loader(json.loads(json.dumps(state)))  # a private copy: tools may mutate it
             instances[class_path] = instance
         self.instances = instances
+
+    def resolve(self, targets: list[str], python_paths: list[str] | None = None) -> dict[str, str]:
+        """What is missing of each ``module:Class`` or ``module:Class.method`` target (absent: it resolves).
+        Imports the modules, creates no instance and runs no method: a domain is checked before any episode."""
+        self._add_paths(python_paths)
+        problems = {}
+        for target in targets:
+            module_name, _, attribute = target.partition(":")
+            class_name, _, method = attribute.partition(".")
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:  # any import failure is the domain's: report it, check the other targets
+                problems[target] = f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+                continue
+            cls = getattr(module, class_name, None)
+            if not isinstance(cls, type):
+                problems[target] = f"module {module_name!r} has no class {class_name!r}" + _did_you_mean(
+                    class_name, [n for n, v in vars(module).items() if isinstance(v, type)])
+            elif method and not callable(getattr(cls, method, None)):
+                problems[target] = f"class {class_name!r} has no method {method!r}" + _did_you_mean(
+                    method, [n for n in dir(cls) if not n.startswith("_")])
+        return problems
 
     def call(self, target: str, arguments: dict[str, Any]) -> tuple[Any, str]:
         """The call's result (JSON view) and its ``result_text``."""
@@ -158,6 +192,8 @@ class ToolServer:
             if op == "reset":
                 self.reset(request["classes"], request.get("python_paths"))
                 return {"ok": True}
+            if op == "resolve":
+                return {"ok": True, "problems": self.resolve(list(request["targets"]), request.get("python_paths"))}
             if op == "ping":
                 return {"ok": True}
             return error_reply("ProtocolError", f"unknown op {op!r}", self.max_output_bytes)
@@ -351,7 +387,7 @@ class Supervisor:
         return ours
 
     def _spawn(self, reset: dict[str, Any]) -> Worker:
-        modules = sorted({path.split(":")[0] for path in reset.get("classes", {})})
+        modules = sorted({path.split(":")[0] for path in [*reset.get("classes", {}), *reset.get("targets", ())]})
         control = self._zygote(list(reset.get("python_paths") or []), str(reset.get("code", "")), modules)
         control.sendall(b"s")
         message, fds, _, _ = socket.recv_fds(control, 8, 1)
@@ -451,17 +487,21 @@ class Supervisor:
         op = request.get("op")
         if op == "ping":
             return {"ok": True}
-        if op == "reset":
-            self.episode, self.replay = request, []
+        if op in ("reset", "resolve"):  # resolving imports domain code: a fresh worker does it, no episode follows
+            self.episode, self.replay = (request if op == "reset" else None), []
+            what = "loading the task state" if op == "reset" else "importing the domain's code"
             try:
-                return self._start(request, time.monotonic() + self.call_timeout_s)
+                reply = self._start(request, time.monotonic() + self.call_timeout_s)
+                if op == "resolve":
+                    self._end_episode()
+                return reply
             except TimeoutError:
-                return error_reply("Timeout", f"loading the task state took over {self.call_timeout_s:g} s",
+                return error_reply("Timeout", f"{what} took over {self.call_timeout_s:g} s",
                                    self.max_output_bytes)
             except SandboxUnavailable as exc:
                 return error_reply("SandboxUnavailable", str(exc), self.max_output_bytes, sandbox=True)
             except (EOFError, ValueError, OSError) as exc:
-                return error_reply("TaskLoadCrashed", f"the episode process died while loading the task state "
+                return error_reply("TaskLoadCrashed", f"the episode process died while {what} "
                                    f"({exc or type(exc).__name__})", self.max_output_bytes)
         if op in ("call", "snapshot"):
             return self._worker_request(request)
