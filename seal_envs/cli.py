@@ -34,6 +34,9 @@ def _validate(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the spec or task file does not load (SpecError says where)
         print(f"seal-envs validate: {exc}", file=sys.stderr)
         return 1
+    except SandboxError as exc:
+        print(f"seal-envs validate: {exc}\n(for code you trust: --sandbox inprocess)", file=sys.stderr)
+        return 1
     for problem in report.problems:
         print(problem)
     print(report.summary())
@@ -52,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("domain", help="a bundled domain name (e.g. shop) or a folder with tools.json")
     validate.add_argument("--tasks", help="a tasks.json to check (default: the one beside tools.json)")
     validate.add_argument("--split", help="check the domain's declared task_splits split (e.g. train) instead")
-    validate.add_argument("--sandbox", choices=("inprocess", "docker"), default="inprocess",
-                          help="where the ground truth runs (inprocess: fast, no isolation: trusted code only)")
+    validate.add_argument("--sandbox", choices=("docker", "inprocess"), default="docker",
+                          help="where the ground truth runs (docker, as gym.make; inprocess: no Docker daemon "
+                               "needed, no isolation: only for code you trust)")
     validate.set_defaults(handler=_validate)
 
     image = commands.add_parser("image", help="sandbox images").add_subparsers(dest="action", required=True)

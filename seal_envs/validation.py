@@ -46,7 +46,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    sandbox: Literal["inprocess", "docker"] = "inprocess"
+    sandbox: Literal["inprocess", "docker"] = "docker"  # tool code is untrusted; inprocess for your own code
     tasks: str | None = None  # a tasks.json to check against the domain; default: the domain's own
     split: str | None = None  # check the domain's declared ``task_splits`` split instead of a tasks.json
 

@@ -18,6 +18,8 @@ from seal_envs.env import ToolUseEnv
 from seal_envs.resolve import UnresolvedImplementations
 from seal_envs.validation import ValidationConfig, validate_domain
 
+FAST = ValidationConfig(sandbox="inprocess")  # trusted test domains; one test below runs in Docker
+
 from conftest import LEDGER
 
 TOOLS = json.loads((LEDGER / "tools.json").read_text())
@@ -72,16 +74,16 @@ FAULTS = {
 def test_each_fault_is_reported_with_file_task_and_turn(tmp_path, capsys, fault):
     edits, expected = FAULTS[fault]
     root = write_domain(tmp_path / "domain", **edits)
-    report = validate_domain(root)
+    report = validate_domain(root, FAST)
     assert not report.ok and any(expected in str(p) for p in report.problems), [str(p) for p in report.problems]
-    assert main(["validate", str(root)]) == 1
+    assert main(["validate", str(root), "--sandbox", "inprocess"]) == 1
     out = capsys.readouterr().out
     assert expected in out and out.splitlines()[-1].endswith(f"{len(report.problems)} problem(s)")
 
 
 def test_a_faulty_implementation_is_reported_once(tmp_path):
     """The replay's failures that follow from an unresolved implementation are not new problems."""
-    report = validate_domain(write_domain(tmp_path / "d", implementation="ledger_api:LedgerAPI.depsit"))
+    report = validate_domain(write_domain(tmp_path / "d", implementation="ledger_api:LedgerAPI.depsit"), FAST)
     assert [p.json_path for p in report.problems] == ["$.tools[1].implementation"]
 
 
@@ -90,21 +92,21 @@ def test_unloadable_initial_state_class_names_the_task(tmp_path):
     doc = json.loads((root / "tasks.json").read_text())
     doc["tasks"][0]["initial_state"] = {"ledger_api:NoSuchClass": {}}
     (root / "tasks.json").write_text(json.dumps(doc))
-    assert [str(p).split(": ", 1)[1] for p in validate_domain(root).problems] == [
+    assert [str(p).split(": ", 1)[1] for p in validate_domain(root, FAST).problems] == [
         "task 't1', at $.tasks[0].initial_state: initial state class 'ledger_api:NoSuchClass': module 'ledger_api' "
         "has no class 'NoSuchClass'"]
 
 
 def test_valid_domains_print_a_short_ok(capsys):
-    assert main(["validate", "shop"]) == 0
+    assert main(["validate", "shop", "--sandbox", "inprocess"]) == 0
     assert re.fullmatch(r"shop: 36 tasks, 102 ground-truth calls replayed \(inprocess sandbox, [0-9.]+ s\): OK",
                         capsys.readouterr().out.strip())
-    assert validate_domain("shop", ValidationConfig(split="eval")).ok
-    assert validate_domain(LEDGER).ok
+    assert validate_domain("shop", ValidationConfig(sandbox="inprocess", split="eval")).ok
+    assert validate_domain(LEDGER, FAST).ok
 
 
 def test_a_domain_without_tasks_json_asks_for_a_split(capsys):
-    assert main(["validate", "bfcl"]) == 1
+    assert main(["validate", "bfcl", "--sandbox", "inprocess"]) == 1
     assert "pass a split" in capsys.readouterr().err
 
 
@@ -112,7 +114,7 @@ def test_a_domain_without_tasks_json_asks_for_a_split(capsys):
 def test_make_refuses_unresolvable_implementations_with_validates_message(tmp_path, fault):
     edits, _ = FAULTS[fault]
     root = write_domain(tmp_path / "domain", **edits)
-    [problem] = validate_domain(root).problems
+    [problem] = validate_domain(root, FAST).problems
     with pytest.raises(UnresolvedImplementations) as caught:
         gym.make("seal/ToolUse-v0", domain=str(root), sandbox="inprocess")
     assert str(problem) in str(caught.value).splitlines()
