@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seal_envs.bfcl.data import CATEGORIES
+from seal_envs.formats import DEFAULT_TOOL_FORMAT, tool_format_names
 
 
 @dataclass(frozen=True)
@@ -34,22 +35,24 @@ class EvalConfig:
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = 0.0
     max_tokens: int = 2048
+    tool_format: str = DEFAULT_TOOL_FORMAT
 
 
 def make_policy(config: EvalConfig):
     from seal_envs.evaluation import policies
 
     if config.policy == "replay":
-        return policies.ReplayPolicy()
+        return policies.ReplayPolicy(tool_format=config.tool_format)
     if config.policy == "openai":
         if not (config.base_url and config.model):
             raise SystemExit("seal-eval: --policy openai needs --base-url and --model")
         return policies.OpenAIPolicy(policies.OpenAIConfig(config.base_url, config.model, config.api_key_env,
-                                                           config.temperature, config.max_tokens))
+                                                           config.temperature, config.max_tokens), config.tool_format)
     if config.policy == "hf":
         if not config.model:
             raise SystemExit("seal-eval: --policy hf needs --model (a local Hugging Face model folder)")
-        return policies.HFPolicy(policies.HFConfig(config.model, config.max_tokens, config.temperature))
+        return policies.HFPolicy(policies.HFConfig(config.model, config.max_tokens, config.temperature,
+                                                   tool_format=config.tool_format))
     raise SystemExit(f"seal-eval: unknown policy {config.policy!r}")
 
 
@@ -60,7 +63,8 @@ def evaluate(config: EvalConfig, progress: bool = True):
     from seal_envs.evaluation.report import summarize
     from seal_envs.evaluation.runner import run_episode
 
-    env = make_env(split=config.split, category=config.category, mode="eval", sandbox=config.sandbox)
+    env = make_env(split=config.split, category=config.category, mode="eval", sandbox=config.sandbox,
+                   tool_format=config.tool_format)
     tasks = env.unwrapped.tasks[: config.limit] if config.limit else env.unwrapped.tasks
     policy = make_policy(config)
     records = []
@@ -91,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--tool-format", choices=tool_format_names(), default=DEFAULT_TOOL_FORMAT,
+                        help="how the policy writes tool calls (seal_envs.formats); BFCL's own decoding reads only "
+                             "hermes, so scores stay BFCL-exact")
     return parser
 
 
