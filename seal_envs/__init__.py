@@ -21,6 +21,8 @@ _LAZY = {
     "load_domain": "seal_envs.spec",
     "load_tasks": "seal_envs.task",
     "parse_tool_calls": "seal_envs.parsing",
+    "get_tool_format": "seal_envs.formats",
+    "register_tool_format": "seal_envs.formats",
 }
 
 

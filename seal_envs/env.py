@@ -9,7 +9,7 @@ Turn rules (BFCL's, for every domain and mode): a message without a decodable ca
 held a malformed one; only the error-hint cue of a training interface keeps the turn open then, with a hint. A
 turn that reaches ``max_steps_per_turn`` tool-calling steps is force-quit: the episode ends, and fails unless that
 was its last turn. How actions are decoded, which functions a call can reach and how results are worded is the
-env's ``Protocol`` (SEAL's own, or a benchmark's, e.g. BFCL's).
+env's ``Protocol`` (SEAL's own, or a benchmark's, e.g. BFCL's); SEAL's own decodes the env's ``tool_format``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import gymnasium as gym
 
 from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
-from seal_envs.parsing import ParseLimits
+from seal_envs.formats import DEFAULT_TOOL_FORMAT, ParseLimits, ToolFormat, get_tool_format
 from seal_envs.protocol import NATIVE, Protocol
 from seal_envs.resolve import check_implementations
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
@@ -76,6 +76,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         interface: a starting interface state for training envs (e.g. loaded from a checkpoint).
         protocol: the benchmark's conversation rules (decoding, reachable functions, result wording).
         parse_limits: caps on the calls and call size one assistant message may carry.
+        tool_format: how calls are written in the action (``seal_envs.formats``: "hermes", "mistral",
+            "llama3_json", or a registered name); a protocol that decodes its benchmark's own format wins.
 
     Raises ``UnresolvedImplementations`` (a ``ValueError``) when a tool's implementation names a module, class or
     method that does not exist (resolved inside a sandbox, see ``seal_envs.resolve``).
@@ -95,6 +97,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         render_mode: str | None = None,
         protocol: Protocol = NATIVE,
         parse_limits: ParseLimits = ParseLimits(),
+        tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT,
     ):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', not {mode!r}")
@@ -124,6 +127,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.system_prompt = system_prompt
         self.render_mode = render_mode
         self.protocol = protocol
+        self.tool_format = get_tool_format(tool_format)
+        if protocol.decodes is not None and protocol.decodes != self.tool_format.name:
+            raise ValueError(f"the {protocol.name} protocol decodes calls in its benchmark's own {protocol.decodes!r} "
+                             f"format (to score exactly as the benchmark does), not {self.tool_format.name!r}: use "
+                             f"tool_format={protocol.decodes!r}")
         self.python_paths = tuple(str(p) for d in self.domains for p in d.python_paths)
         self._code = "+".join(d.code_hash() for d in self.domains)  # the tool code running now
         try:  # a typo in an implementation fails here, naming the file and tool, not at reset as a task_error
@@ -275,7 +283,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         return result
 
     def _tool_message(self, record: CallRecord, content: str, name: str) -> Message:
-        hint = render_error_hint(record, self._available, self._episode_interface)
+        hint = render_error_hint(record, self._available, self._episode_interface, self.tool_format.example)
         return {"role": "tool", "name": name, "content": f"{content}\n\n{hint}" if hint else content}
 
     def step(self, action: str):
@@ -285,7 +293,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             return self._finish_with(Label.TASK_ERROR, self._task_error)
         if self._infrastructure_error is not None:
             return self._finish_with(Label.INFRASTRUCTURE_ERROR, self._infrastructure_error)
-        parsed = self.protocol.decode(action, self.parse_limits)
+        parsed = self.protocol.decode(action, self.parse_limits, self.tool_format)
         acted_turn = self._turn  # info["turn"] is the turn this action belongs to, even when it ends it
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from seal_envs.diagnosis import NON_AGENT_LABELS, CallRecord, Diagnosis, Label, label_counts
+from seal_envs.formats.hermes import HERMES
 from seal_envs.spec.loader import ToolSpec
 
 SCHEMA_INSTRUCTION = (
@@ -153,16 +154,16 @@ def render_system_prompt(base: str | None, state: InterfaceState) -> str | None:
     return f"{base}\n\n{block}" if base else block
 
 
-CALL_FORMAT = '<tool_call>\n{"name": "<function name>", "arguments": {<arguments as JSON>}}\n</tool_call>'
+def render_error_hint(record: CallRecord, available: Sequence[str], state: InterfaceState,
+                      call_example: str = HERMES.example) -> str | None:
+    """A recovery hint for a failed call: the error class and the violated constraint, never an answer.
 
-
-def render_error_hint(record: CallRecord, available: Sequence[str], state: InterfaceState) -> str | None:
-    """A recovery hint for a failed call: the error class and the violated constraint, never an answer."""
+    ``call_example``: the shape of one call in the env's tool format, quoted after a parse error."""
     if not state.error_hints or record.outcome in ("ok", "infrastructure_error"):
         return None
     tools = ", ".join(available) if available else "(none)"
     if record.outcome == "parse_error":
-        return (f"Hint (parse error): write each call exactly as {CALL_FORMAT}. Available functions: {tools}. "
+        return (f"Hint (parse error): write each call exactly as {call_example}. Available functions: {tools}. "
                 "If no function fits, answer in plain text.")
     if record.outcome == "unknown_tool":
         return f"Hint (unavailable function): only these functions exist: {tools}. If none fits, answer in plain text."

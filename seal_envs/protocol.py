@@ -1,9 +1,11 @@
 """A benchmark's conversation rules: how the env decodes an action, finds what a call runs and words results.
 
-``ToolUseEnv`` plays every domain by one ``Protocol``. The default is SEAL's own: the tolerant parser of
-``seal_envs.parsing``, only the offered tools callable, results as JSON. A benchmark whose scores must be
+``ToolUseEnv`` plays every domain by one ``Protocol``. The default is SEAL's own: the tolerant parser of the
+env's tool format (``seal_envs.formats``), only the offered tools callable, results as JSON. A benchmark whose scores must be
 reproduced exactly brings its own (``seal_envs.bfcl.protocol``), so that the env executes, shows and compares
 exactly what the benchmark's own harness would; the protocol never depends on the mode or the interface cues.
+A protocol whose decoding is the benchmark's own names that format (``decodes``): its decoding wins, and an env
+asked for another tool format refuses to start rather than score every call as missing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seal_envs.interface import InterfaceState, render_tool
-from seal_envs.parsing import ParseLimits, ParsedAction, parse_tool_calls
+from seal_envs.formats import ParseLimits, ParsedAction, ToolFormat
 from seal_envs.sandbox.base import CallResult
 from seal_envs.spec.loader import ToolSpec
 from seal_envs.task import Task, ToolCall
@@ -23,10 +25,11 @@ class Protocol:
     """SEAL's own rules; subclasses override what their benchmark does differently."""
 
     name = "seal"
+    decodes: str | None = None  # the one tool format this protocol decodes; None: the env's own
 
-    def decode(self, action: str, limits: ParseLimits = ParseLimits()) -> ParsedAction:
+    def decode(self, action: str, limits: ParseLimits, tool_format: ToolFormat) -> ParsedAction:
         """The calls the env executes from one assistant message (and the blocks it could not use)."""
-        return parse_tool_calls(action, limits)
+        return tool_format.parse(action, limits)
 
     def resolve(self, call: ToolCall, task: Task, available: Sequence[str],
                 tools: Mapping[str, ToolSpec]) -> ToolSpec | str:

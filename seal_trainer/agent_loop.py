@@ -7,7 +7,8 @@ Per sample (a dataset row with ``agent_name="seal_tool_env"`` and the ``seal_*``
    interface first (training rows only; ``seal_mode="eval"`` rows use an untouched eval env);
 2. ``reset`` it to the row's task (blocking env calls run in a thread: ``asyncio.to_thread``), render the
    observation with the tokenizer's chat template and ``tools=info["tools"]`` (a template that ignores tools
-   is replaced by SEAL's Hermes tool template: ``seal_envs.tool_template``);
+   is replaced by SEAL's tool template of ``seal.tool_format``: ``seal_envs.tool_template``); the env decodes
+   the same format;
 3. loop: generate through verl's LLM server client -> decode -> ``env.step(text)`` -> append the env's
    tool/user messages as context tokens (response mask 0) with verl's continuous-token builder, so the
    trained token stream is exactly the one that was generated (no re-tokenisation drift);
@@ -33,6 +34,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
+from seal_envs.formats import DEFAULT_TOOL_FORMAT, ToolFormat, get_tool_format
 from seal_envs.tool_template import ensure_tool_template
 from seal_trainer.envpool import EnvSpec, board_get, get_board, get_env_pool
 
@@ -63,14 +65,13 @@ def spec_from_row(row: dict[str, Any], defaults: dict[str, Any] | None = None) -
     return EnvSpec(**d)
 
 
-def _new_tools_message(old: list[dict], new: list[dict]) -> dict[str, str] | None:
+def _new_tools_message(old: list[dict], new: list[dict], tool_format: ToolFormat) -> dict[str, str] | None:
     """Tools added mid-episode (e.g. BFCL miss_func) as a system message, since the prompt is already fixed."""
     old_names = {t.get("function", {}).get("name") for t in old}
     added = [t for t in new if t.get("function", {}).get("name") not in old_names]
     if not added:
         return None
-    body = "\n".join(json.dumps(t, ensure_ascii=False) for t in added)
-    return {"role": "system", "content": f"New functions are now available:\n<tools>\n{body}\n</tools>"}
+    return {"role": "system", "content": tool_format.announce_tools(added)}
 
 
 @register(AGENT_NAME)
@@ -85,11 +86,13 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         kwargs.pop("tools", None)  # verl's own tool list; our tools come from the env
         super().__init__(*args, **kwargs)
         seal_cfg = self.config.get("seal", {}) or {}
+        self.tool_format = get_tool_format(seal_cfg.get("tool_format") or DEFAULT_TOOL_FORMAT)
         self.env_defaults = {k: v for k, v in dict(seal_cfg.get("env", {}) or {}).items() if v is not None}
+        self.env_defaults["tool_format"] = self.tool_format.name
         self.pool_size = int(seal_cfg.get("env_pool_size", 0) or 0) or None
         self.max_assistant_turns = int(seal_cfg.get("max_assistant_turns", 0) or 0) or None
         self.response_length = int(self.rollout_config.response_length)
-        ensure_tool_template(self.tokenizer, str(self.config.actor_rollout_ref.model.path))
+        ensure_tool_template(self.tokenizer, str(self.config.actor_rollout_ref.model.path), self.tool_format)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         spec = spec_from_row(kwargs, self.env_defaults)
@@ -177,7 +180,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
                 truncated = True
                 break
             new_messages = [dict(m) for m in obs]
-            extra = _new_tools_message(tools, info.get("tools", tools))
+            extra = _new_tools_message(tools, info.get("tools", tools), self.tool_format)
             if extra is not None:
                 new_messages.append(extra)
                 tools_seen = {t["function"]["name"] for t in tools}

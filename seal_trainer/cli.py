@@ -70,7 +70,10 @@ def resolve_auto(cfg) -> None:
     """Fill in the ``auto`` values (model, data files, output dir)."""
     from omegaconf import open_dict
 
+    from seal_envs.formats import DEFAULT_TOOL_FORMAT, get_tool_format
+
     seal = cfg.get("seal", {}) or {}
+    tool_format = get_tool_format(seal.get("tool_format") or DEFAULT_TOOL_FORMAT)  # an unknown name fails here
     with open_dict(cfg):
         if str(cfg.trainer.default_local_dir) == "auto":
             cfg.trainer.default_local_dir = str((Path("seal_runs") / str(cfg.trainer.experiment_name)).resolve())
@@ -84,7 +87,7 @@ def resolve_auto(cfg) -> None:
             path = resolve_model(str(seal.get("model", "smollm2-135m")), domain=domain)
             warm = WarmStartConfig(**dict(seal.get("warm_start", {}) or {}))
             if warm.steps > 0:
-                path = warm_started_model(path, domain, warm)
+                path = warm_started_model(path, domain, warm, tool_format=tool_format)
             print(f"[seal] model: {path}", flush=True)
             cfg.actor_rollout_ref.model.path = str(path)
         if "auto" in (str(cfg.data.train_files), str(cfg.data.val_files)):

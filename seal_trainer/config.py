@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from seal_envs.formats import DEFAULT_TOOL_FORMAT
 from seal_trainer.advantage import ReweightConfig
 from seal_trainer.warm_start import WarmStartConfig
 
@@ -44,6 +45,7 @@ class EnvDefaults:
 @dataclass
 class SealConfig:
     model: str = "smollm2-135m"  # used where actor_rollout_ref.model.path=auto (seal_trainer.models)
+    tool_format: str = DEFAULT_TOOL_FORMAT  # how the policy writes tool calls (seal_envs.formats): env, agent loop, warm start
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     ablation: str = "full"
     interface_evolution: bool | None = None

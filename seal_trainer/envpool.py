@@ -32,6 +32,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from seal_envs.formats import DEFAULT_TOOL_FORMAT
+
 logger = logging.getLogger(__name__)
 
 BOARD_NAME = "seal_interface_board"
@@ -48,6 +50,7 @@ class EnvSpec:
     max_steps_per_turn: int = 20
     tasks: str | None = None  # a tasks.json path; None: the domain's own tasks
     env_id: str = "seal/ToolUse-v0"
+    tool_format: str = DEFAULT_TOOL_FORMAT  # seal.tool_format (seal_envs.formats)
 
     def make(self):
         import gymnasium as gym
@@ -55,7 +58,7 @@ class EnvSpec:
         import seal_envs  # noqa: F401  (registers the env ids)
 
         kwargs: dict[str, Any] = dict(domain=self.domain, mode=self.mode, sandbox=self.sandbox,
-                                      max_steps_per_turn=self.max_steps_per_turn)
+                                      max_steps_per_turn=self.max_steps_per_turn, tool_format=self.tool_format)
         if self.tasks:
             kwargs["tasks"] = self.tasks
         if self.env_id != "seal/ToolUse-v0":

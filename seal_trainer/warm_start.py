@@ -4,7 +4,7 @@ GRPO learns nothing from a policy that never succeeds (every group's advantage i
 domain's own ground truth fixes that for small models:
 
 1. ``record_demonstrations`` plays each task's ground truth through a ``ToolUseEnv`` in ``eval`` mode: one
-   assistant message per call (``<tool_call>{json}</tool_call>``, the format ``seal_envs.parsing`` reads), tool
+   assistant message per call, written in the run's tool format (``seal.tool_format``, ``seal_envs.formats``), tool
    outputs from really executing it, then a final answer containing the turn's ``required_response`` strings
    (or an abstention / a request for the missing detail). Each demonstration must earn reward 1.
 2. ``render_examples`` renders a transcript with the tokenizer's chat template and the tools offered when each
@@ -13,7 +13,8 @@ domain's own ground truth fixes that for small models:
 3. ``train`` fits a causal LM on those sequences (AdamW, batch 1, cosine schedule with warmup).
 
 ``warm_started_model`` runs the three on a Hugging Face folder and caches the result by recipe: the trainer's
-``seal.warm_start`` block (``WarmStartConfig``) selects it for ``seal-train``.
+``seal.warm_start`` block (``WarmStartConfig``) selects it for ``seal-train``; the prompts are rendered with SEAL's
+tool template of the same format where the model's own template drops ``tools=``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from seal_envs.formats import DEFAULT_TOOL_FORMAT, ToolFormat, get_tool_format
 from seal_trainer.model_cache import RECIPE_FILE, is_built, save_built
 
 ANSWER_TEXT = "Here is what I found: {}."
@@ -54,15 +56,15 @@ class Demonstration:
 
 
 def record_demonstration(env, task) -> Demonstration:
-    """Execute ``task``'s ground truth through ``env``; the transcript and the tools at each action."""
-    from seal_envs.parsing import format_tool_call
-
+    """Execute ``task``'s ground truth through ``env`` in its tool format; the transcript and the tools at each
+    action."""
+    tool_format = env.unwrapped.tool_format
     obs, info = env.reset(options={"task_id": task.id})
     messages = [{"role": m["role"], "content": m["content"]} for m in obs]
     tools_at: dict[int, list] = {}
     reward, done = 0.0, False
     for turn in task.turns:
-        for action in [format_tool_call(c) for c in turn.ground_truth] + [turn_answer(turn)]:
+        for action in [tool_format.format_calls([c]) for c in turn.ground_truth] + [turn_answer(turn)]:
             if done:
                 raise RuntimeError(f"{task.id}: episode ended before the ground truth was played")
             tools_at[len(messages)] = info["tools"]
@@ -73,11 +75,12 @@ def record_demonstration(env, task) -> Demonstration:
     return Demonstration(task.id, messages, tools_at, float(reward))
 
 
-def record_demonstrations(tasks: Sequence[Any], domain: str = "shop", sandbox: str = "inprocess") -> list[Demonstration]:
+def record_demonstrations(tasks: Sequence[Any], domain: str = "shop", sandbox: str = "inprocess",
+                          tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT) -> list[Demonstration]:
     """Demonstrations of ``tasks`` of ``domain``; raises if one does not pass the verifier."""
     from seal_envs.env import ToolUseEnv
 
-    env = ToolUseEnv(domain=domain, tasks=list(tasks), mode="eval", sandbox=sandbox)
+    env = ToolUseEnv(domain=domain, tasks=list(tasks), mode="eval", sandbox=sandbox, tool_format=tool_format)
     try:
         demos = [record_demonstration(env, t) for t in tasks]
     finally:
@@ -182,10 +185,12 @@ class WarmStartConfig:
     seed: int = 0
 
 
-def _recipe(base: Path, domain: str, config: WarmStartConfig) -> str:
+def _recipe(base: Path, domain: str, config: WarmStartConfig, tool_format: ToolFormat) -> str:
     marker = base / RECIPE_FILE
     base_id = marker.read_text() if marker.exists() else str(base.resolve())
     doc = {"base": base_id, "domain": domain, "config": asdict(config), "v": 1}
+    if tool_format.name != DEFAULT_TOOL_FORMAT:  # the default's recipes predate formats: keep their hashes
+        doc["tool_format"] = tool_format.name
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -200,8 +205,10 @@ def _demonstration_tasks(domain: str, config: WarmStartConfig) -> list[Any]:
     return tasks[: config.demonstrations]
 
 
-def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, out: str | Path | None = None) -> Path:
-    """``base`` fitted on executed demonstrations of ``domain``; cached beside ``base`` by recipe hash.
+def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, out: str | Path | None = None,
+                       tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT) -> Path:
+    """``base`` fitted on executed demonstrations of ``domain`` in ``tool_format``; cached beside ``base`` by recipe
+    hash.
 
     The folder holds the model, the tokenizer (with a tool-rendering chat template, see
     ``seal_envs.tool_template``) and ``warm_start.json`` (config, loss history, time).
@@ -212,21 +219,23 @@ def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, o
     from seal_envs.tool_template import ensure_tool_template
 
     base = Path(base)
-    recipe = _recipe(base, domain, config)
+    tool_format = get_tool_format(tool_format)
+    recipe = _recipe(base, domain, config, tool_format)
     out = Path(out) if out is not None else base.with_name(f"{base.name}-ws-{recipe}")
     if is_built(out, recipe):
         return out
     t0 = time.time()
     tokenizer = AutoTokenizer.from_pretrained(base)
-    ensure_tool_template(tokenizer, base.name)
+    ensure_tool_template(tokenizer, base.name, tool_format)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    demos = record_demonstrations(_demonstration_tasks(domain, config), domain)
+    demos = record_demonstrations(_demonstration_tasks(domain, config), domain, tool_format=tool_format)
     examples = [e for d in demos for e in render_examples(tokenizer, d)]
     print(f"[seal] warm start of {base.name}: {config.steps} SFT steps on {len(examples)} sequences from "
           f"{len(demos)} executed {domain} demonstrations", flush=True)
     history = train(model, examples, config.steps, lr=config.lr, seed=config.seed, warmup=config.warmup)
     save_built(model, tokenizer, out, {"recipe": recipe, "base": str(base)},
                {"warm_start.json": json.dumps({"config": asdict(config), "domain": domain, "base": str(base),
+                                               "tool_format": tool_format.name,
                                                "sequences": len(examples), "loss": history,
                                                "time_s": round(time.time() - t0, 1)}, indent=1)})
     return out

@@ -1,6 +1,7 @@
 """BFCL's conversation rules (``BFCL``), as its multi-turn inference loop and checker apply them.
 
-- Decoding: BFCL's Hermes/Qwen handler (``seal_envs.bfcl.decoding``).
+- Decoding: BFCL's Hermes/Qwen handler (``seal_envs.bfcl.decoding``), whatever ``tool_format`` is asked for: an
+  env with another format refuses to start.
 - Reachable functions: BFCL evaluates ``name(arg=repr(value), ...)`` after prefixing every public method name of
   the entry's involved classes with its instance, so any such method runs, offered or not (a miss_func function
   called before its turn, too). Anything else runs nothing and yields the text of the exception Python's
@@ -33,7 +34,7 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from seal_envs.bfcl.checker import call_string
 from seal_envs.bfcl.decoding import decode
 from seal_envs.interface import InterfaceState
-from seal_envs.parsing import ParseLimits, ParsedAction
+from seal_envs.formats import ParseLimits, ParsedAction, ToolFormat
 from seal_envs.protocol import Protocol
 from seal_envs.sandbox.base import CallResult
 from seal_envs.spec.loader import ToolSpec
@@ -103,8 +104,9 @@ class BFCLProtocol(Protocol):
     """BFCL's decoding, reachable functions, result wording and tool schemas (see the module docstring)."""
 
     name = "bfcl"
+    decodes = "hermes"  # BFCL's own Hermes/Qwen handler, so that scores stay BFCL-exact
 
-    def decode(self, action: str, limits: ParseLimits = ParseLimits()) -> ParsedAction:
+    def decode(self, action: str, limits: ParseLimits, tool_format: ToolFormat) -> ParsedAction:
         return decode(action, limits)
 
     def resolve(self, call: ToolCall, task: Task, available: Sequence[str],

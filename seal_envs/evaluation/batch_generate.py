@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from seal_envs.formats import DEFAULT_TOOL_FORMAT
 from seal_envs.prefix_cache import PrefixCache
 
 GROUPED_SDPA = "seal_grouped_sdpa"
@@ -194,15 +195,17 @@ class BatchGenerator:
         self.cache.clear()
 
 
-def load_generator(model_path: str, max_cached: int = 40) -> tuple[Any, BatchGenerator]:
-    """The tokenizer (rendering tools, see ``seal_envs.tool_template``) and a CPU generator for a model folder."""
+def load_generator(model_path: str, max_cached: int = 40,
+                   tool_format: str = DEFAULT_TOOL_FORMAT) -> tuple[Any, BatchGenerator]:
+    """The tokenizer (rendering tools in ``tool_format``, see ``seal_envs.tool_template``) and a CPU generator for a
+    model folder; the envs the episodes play must use the same ``tool_format``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from seal_envs.tool_template import ensure_tool_template
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    ensure_tool_template(tokenizer, str(model_path))
+    ensure_tool_template(tokenizer, str(model_path), tool_format)
     _register_grouped_sdpa()
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
                                                  attn_implementation=GROUPED_SDPA).eval()

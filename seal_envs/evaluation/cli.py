@@ -25,6 +25,8 @@ from typing import Any
 BFCL_ENV = "seal/BFCL-v3-MultiTurn-v0"
 DOMAIN_ENV = "seal/ToolUse-v0"
 
+from seal_envs.formats import DEFAULT_TOOL_FORMAT, tool_format_names
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -43,6 +45,7 @@ class EvalConfig:
     env: str | None = None  # a registered env id; default: BFCL's, or seal/ToolUse-v0 with --domain
     domain: str | None = None  # a bundled domain name or a folder with tools.json
     workers: int = 1
+    tool_format: str = DEFAULT_TOOL_FORMAT
 
 
 @dataclass(frozen=True)
@@ -66,18 +69,20 @@ def policy_factory(config: EvalConfig) -> Callable[[], Any]:
     from seal_envs.evaluation import policies
 
     if config.policy == "replay":
-        return policies.ReplayPolicy
+        return lambda: policies.ReplayPolicy(tool_format=config.tool_format)
     if config.policy == "openai":
         if not (config.base_url and config.model):
             raise SystemExit("seal-eval: --policy openai needs --base-url and --model")
         shared = policies.OpenAIPolicy(policies.OpenAIConfig(config.base_url, config.model, config.api_key_env,
-                                                             config.temperature, config.max_tokens))
+                                                             config.temperature, config.max_tokens),
+                                      config.tool_format)
         return lambda: shared
     if config.policy == "hf":
         if not config.model:
             raise SystemExit("seal-eval: --policy hf needs --model (a local Hugging Face model folder)")
         local = policies.Serialized(policies.HFPolicy(policies.HFConfig(config.model, config.max_tokens,
-                                                                        config.temperature)))
+                                                                        config.temperature,
+                                                                        tool_format=config.tool_format)))
         return lambda: local
     raise SystemExit(f"seal-eval: unknown policy {config.policy!r}")
 
@@ -89,7 +94,7 @@ def eval_target(config: EvalConfig) -> EvalTarget:
     from seal_envs.evaluation.runner import stratified
 
     env_id = config.env or (DOMAIN_ENV if config.domain else BFCL_ENV)
-    kwargs: dict[str, Any] = {"mode": "eval", "sandbox": config.sandbox}
+    kwargs: dict[str, Any] = {"mode": "eval", "sandbox": config.sandbox, "tool_format": config.tool_format}
     if config.domain:
         kwargs["domain"] = config.domain
     split = config.split or (None if config.env or config.domain else "eval")
@@ -148,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--tool-format", choices=tool_format_names(), default=DEFAULT_TOOL_FORMAT,
+                        help="how the policy writes tool calls (seal_envs.formats); BFCL's own decoding reads only "
+                             "hermes, so scores stay BFCL-exact")
     return parser
 
 

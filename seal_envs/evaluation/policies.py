@@ -1,4 +1,5 @@
-"""Policies for ``seal-eval``: all act on the env's chat messages and answer in our one tool-call format.
+"""Policies for ``seal-eval``: all act on the env's chat messages and answer in the env's tool-call format
+(``seal_envs.formats``, ``tool_format=``, default Hermes).
 
 - ``ReplayPolicy``: a script of calls per turn (by default the task's ground truth); each turn sends its calls
   in one message, then a short text answer. Used to prove the pipeline scores 100.
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from seal_envs.parsing import format_tool_call, parse_tool_calls
+from seal_envs.formats import DEFAULT_TOOL_FORMAT, ToolFormat, get_tool_format
 from seal_envs.prefix_cache import PrefixCache
 from seal_envs.spaces import Message
 from seal_envs.task import Task, ToolCall
@@ -48,8 +49,9 @@ class ReplayPolicy:
     states the turn's ``required_response`` content, as a real agent's answer reporting the results would
     (``seal-envs validate`` checks that the replayed outputs hold it)."""
 
-    def __init__(self, script: Script = ground_truth_script):
+    def __init__(self, script: Script = ground_truth_script, tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT):
         self.script = script
+        self.tool_format = get_tool_format(tool_format)
         self._plan: list[list[ToolCall]] = []
         self._required: list[tuple[str, ...]] = []
         self._sent: set[int] = set()
@@ -63,7 +65,7 @@ class ReplayPolicy:
         calls = self._plan[turn] if turn < len(self._plan) else []
         if calls and turn not in self._sent:
             self._sent.add(turn)
-            return "\n".join(format_tool_call(c) for c in calls)
+            return self.tool_format.format_calls(calls)
         answer = DONE_TEXT if calls else ABSTAIN_TEXT
         required = self._required[turn] if turn < len(self._required) else ()
         return f"{answer} {'; '.join(required)}" if required else answer
@@ -87,14 +89,16 @@ class Serialized:
             return self.policy.act(messages, tools, turn)
 
 
-def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Our transcript (tool calls as ``<tool_call>`` text) in the OpenAI chat format with structured tool calls."""
+def to_openai_messages(messages: Sequence[Message],
+                       tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT) -> list[dict[str, Any]]:
+    """Our transcript (tool calls as text in ``tool_format``) in the OpenAI chat format with structured tool calls."""
+    tool_format = get_tool_format(tool_format)
     out: list[dict[str, Any]] = []
     pending: list[str] = []  # ids of the last assistant message's calls, answered by the next tool messages
     for index, message in enumerate(messages):
         role = message["role"]
         if role == "assistant":
-            parsed = parse_tool_calls(message["content"])
+            parsed = tool_format.parse(message["content"])
             pending = [f"call_{index}_{j}" for j in range(len(parsed.calls))]
             entry: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
             if parsed.calls:
@@ -110,16 +114,19 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def from_openai_message(message: dict[str, Any]) -> str:
-    """An OpenAI assistant message as our action text (arguments stay a string if the model broke the JSON)."""
-    parts = [message.get("content") or ""]
+def from_openai_message(message: dict[str, Any], tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT) -> str:
+    """An OpenAI assistant message as our action text in ``tool_format``.
+
+    Arguments the model broke stay the string it wrote, so the env reports that call as malformed."""
+    calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
         try:
             arguments = json.loads(function.get("arguments") or "{}")
         except json.JSONDecodeError:
             arguments = function.get("arguments")
-        parts.append(f"<tool_call>\n{json.dumps({'name': function.get('name'), 'arguments': arguments})}\n</tool_call>")
+        calls.append(ToolCall(function.get("name"), arguments))
+    parts = [message.get("content") or "", get_tool_format(tool_format).format_calls(calls) if calls else ""]
     return "\n".join(p for p in parts if p)
 
 
@@ -134,15 +141,18 @@ class OpenAIConfig:
 
 
 class OpenAIPolicy:
-    def __init__(self, config: OpenAIConfig):
+    """The endpoint decodes the model's own call format; its structured calls reach the env in ``tool_format``."""
+
+    def __init__(self, config: OpenAIConfig, tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT):
         self.config = config
+        self.tool_format = get_tool_format(tool_format)
 
     def start(self, task: Task) -> None:
         pass
 
     def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
         cfg = self.config
-        body: dict[str, Any] = {"model": cfg.model, "messages": to_openai_messages(messages),
+        body: dict[str, Any] = {"model": cfg.model, "messages": to_openai_messages(messages, self.tool_format),
                                 "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
         if tools:
             body["tools"] = tools
@@ -156,7 +166,7 @@ class OpenAIPolicy:
                 reply = json.load(response)
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"{cfg.base_url}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
-        return from_openai_message(reply["choices"][0]["message"])
+        return from_openai_message(reply["choices"][0]["message"], self.tool_format)
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,7 @@ class HFConfig:
     max_new_tokens: int = 1024
     temperature: float = 0.0  # 0: greedy
     device: str | None = None  # None: cuda if available, else cpu
+    tool_format: str = DEFAULT_TOOL_FORMAT  # SEAL's tool template of this format where the model's drops tools=
 
 
 class HFPolicy:
@@ -175,7 +186,7 @@ class HFPolicy:
         self.config = config
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
-        ensure_tool_template(self.tokenizer, config.model_path)
+        ensure_tool_template(self.tokenizer, config.model_path, config.tool_format)
         self.model = AutoModelForCausalLM.from_pretrained(config.model_path).to(self.device).eval()
         self.prefix_cache = PrefixCache()  # each turn re-sends the conversation; reuse its keys/values
 
