@@ -34,6 +34,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from verl.utils.profiler import simple_timer
 
 from seal_envs.tool_template import ensure_tool_template
+from seal_trainer.config import seal_config_from
 from seal_trainer.envpool import EnvSpec, board_get, get_board, get_env_pool
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         kwargs.pop("tools", None)  # verl's own tool list; our tools come from the env
         super().__init__(*args, **kwargs)
         seal_cfg = self.config.get("seal", {}) or {}
-        self.env_defaults = {k: v for k, v in dict(seal_cfg.get("env", {}) or {}).items() if v is not None}
+        self.env_defaults = seal_config_from(self.config).env_defaults()
         self.pool_size = int(seal_cfg.get("env_pool_size", 0) or 0) or None
         self.max_assistant_turns = int(seal_cfg.get("max_assistant_turns", 0) or 0) or None
         self.response_length = int(self.rollout_config.response_length)
