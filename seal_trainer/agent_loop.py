@@ -34,8 +34,9 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
-from seal_envs.formats import DEFAULT_TOOL_FORMAT, ToolFormat, get_tool_format
+from seal_envs.formats import ToolFormat, get_tool_format
 from seal_envs.tool_template import ensure_tool_template
+from seal_trainer.config import seal_config_from
 from seal_trainer.envpool import EnvSpec, board_get, get_board, get_env_pool
 
 logger = logging.getLogger(__name__)
@@ -85,12 +86,11 @@ class SealToolEnvAgentLoop(AgentLoopBase):
     def __init__(self, *args, **kwargs):
         kwargs.pop("tools", None)  # verl's own tool list; our tools come from the env
         super().__init__(*args, **kwargs)
-        seal_cfg = self.config.get("seal", {}) or {}
-        self.tool_format = get_tool_format(seal_cfg.get("tool_format") or DEFAULT_TOOL_FORMAT)
-        self.env_defaults = {k: v for k, v in dict(seal_cfg.get("env", {}) or {}).items() if v is not None}
-        self.env_defaults["tool_format"] = self.tool_format.name
-        self.pool_size = int(seal_cfg.get("env_pool_size", 0) or 0) or None
-        self.max_assistant_turns = int(seal_cfg.get("max_assistant_turns", 0) or 0) or None
+        seal = seal_config_from(self.config)
+        self.tool_format = get_tool_format(seal.tool_format)
+        self.env_defaults = seal.env_defaults()
+        self.pool_size = int(seal.env_pool_size or 0) or None
+        self.max_assistant_turns = int(seal.max_assistant_turns or 0) or None
         self.response_length = int(self.rollout_config.response_length)
         ensure_tool_template(self.tokenizer, str(self.config.actor_rollout_ref.model.path), self.tool_format)
 

@@ -13,15 +13,16 @@ the SEAL config). ``--config`` takes a yaml (name in ``seal_trainer/config`` or 
 Values ``auto`` are resolved here, before training starts: ``actor_rollout_ref.model.path=auto`` is
 ``seal.model`` (``seal_trainer.models``: ``smollm2-135m``, ``tiny`` or a folder), warm-started for
 ``seal.warm_start.steps`` SFT steps (``seal_trainer.warm_start``), both cached in ``$SEAL_CACHE_DIR`` (default
-``~/.cache/seal``); ``data.*_files=auto`` writes parquet files from ``seal.dataset.domain``'s tasks;
-``trainer.default_local_dir=auto`` is ``./seal_runs/<experiment_name>``, ``trainer.rollout_data_dir=auto`` its
-``rollouts`` folder. Without CUDA devices the CPU shims
-(``seal_trainer.cpu``) are switched on.
+``~/.cache/seal``); ``data.*_files=auto`` writes parquet files from ``seal.domain``'s tasks (a split too small
+to train on is an error, one smaller than asked for a warning); ``trainer.default_local_dir=auto`` is
+``./seal_runs/<experiment_name>``, ``trainer.rollout_data_dir=auto`` its ``rollouts`` folder. Without CUDA
+devices the CPU shims (``seal_trainer.cpu``) are switched on.
 
 Training runs in a child process (``run_ppo(config, task_runner_class=SealTaskRunner)``) whose whole output
 goes to ``<run dir>/train.log``; the console shows SEAL's lines (one per step, held-out success before and
-after) and, on failure, the log's tail. The run folder also gets ``config.yaml`` (the resolved config),
-``seal_steps.jsonl`` and ``training.png``.
+after, the final policy's Hugging Face folder) and, on failure, the log's tail. The run folder also gets
+``config.yaml`` (the resolved config), ``seal_steps.jsonl``, ``training.png`` and the checkpoint
+(``global_step_<N>/actor/huggingface`` with the embedded default's ``save_contents: [hf_model]``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ def compose(config: str = DEFAULT_CONFIG, overrides: list[str] | None = None, cp
     from hydra.core.global_hydra import GlobalHydra
 
     from seal_trainer import cpu as cpu_mod
+    from seal_trainer.config import REPLACED_DOMAIN_KEYS, replaced_domain_key_error
 
+    for override in overrides or []:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in REPLACED_DOMAIN_KEYS:
+            raise SystemExit(f"seal-train: {replaced_domain_key_error(key, value)}")
     if cpu is None:
         cpu = not cpu_mod.gpu_available()
     all_overrides = (cpu_mod.cpu_overrides() if cpu else []) + list(overrides or [])
@@ -70,10 +76,11 @@ def resolve_auto(cfg) -> None:
     """Fill in the ``auto`` values (model, data files, output dir)."""
     from omegaconf import open_dict
 
-    from seal_envs.formats import DEFAULT_TOOL_FORMAT, get_tool_format
+    from seal_envs.formats import get_tool_format
+    from seal_trainer.config import seal_config_from
 
-    seal = cfg.get("seal", {}) or {}
-    tool_format = get_tool_format(seal.get("tool_format") or DEFAULT_TOOL_FORMAT)  # an unknown name fails here
+    seal = seal_config_from(cfg)
+    tool_format = get_tool_format(seal.tool_format)  # an unknown name fails here, before minutes of preparation
     with open_dict(cfg):
         if str(cfg.trainer.default_local_dir) == "auto":
             cfg.trainer.default_local_dir = str((Path("seal_runs") / str(cfg.trainer.experiment_name)).resolve())
@@ -81,34 +88,35 @@ def resolve_auto(cfg) -> None:
             cfg.trainer.rollout_data_dir = str(Path(cfg.trainer.default_local_dir) / "rollouts")
         if str(cfg.actor_rollout_ref.model.path) == "auto":
             from seal_trainer.models import resolve_model
-            from seal_trainer.warm_start import WarmStartConfig, warm_started_model
+            from seal_trainer.warm_start import warm_started_model
 
-            domain = _dataset_domain(seal)
-            path = resolve_model(str(seal.get("model", "smollm2-135m")), domain=domain)
-            warm = WarmStartConfig(**dict(seal.get("warm_start", {}) or {}))
-            if warm.steps > 0:
-                path = warm_started_model(path, domain, warm, tool_format=tool_format)
+            path = resolve_model(seal.model, domain=seal.domain)
+            if seal.warm_start.steps > 0:
+                path = warm_started_model(path, seal.domain, seal.warm_start, tool_format=tool_format)
             print(f"[seal] model: {path}", flush=True)
             cfg.actor_rollout_ref.model.path = str(path)
         if "auto" in (str(cfg.data.train_files), str(cfg.data.val_files)):
             from seal_trainer.data import write_domain_dataset
 
-            ds = seal.get("dataset", {}) or {}
-            out = ds.get("out_dir", "auto")
-            out = Path(cfg.trainer.default_local_dir) / "data" if out in (None, "auto") else Path(out)
-            train, val = write_domain_dataset(_dataset_domain(seal), out, n_train=ds.get("n_train"),
-                                              n_val=ds.get("n_val"), sandbox=(seal.get("env", {}) or {}).get("sandbox"),
-                                              env_id=ds.get("env_id"))
+            ds = seal.dataset
+            out = Path(cfg.trainer.default_local_dir) / "data" if ds.out_dir in (None, "auto") else Path(ds.out_dir)
+            train, val = write_domain_dataset(seal.domain, out, n_train=ds.n_train, n_val=ds.n_val,
+                                              sandbox=seal.env.sandbox, env_id=ds.env_id,
+                                              batch_size=int(cfg.data.train_batch_size))
             if str(cfg.data.train_files) == "auto":
                 cfg.data.train_files = str(train.resolve())
             if str(cfg.data.val_files) == "auto":
                 cfg.data.val_files = str(val.resolve())
 
 
-def _dataset_domain(seal) -> str:
-    """``seal.dataset.domain``, else the env's domain: one key is enough to switch domains."""
-    ds = seal.get("dataset", {}) or {}
-    return str(ds.get("domain") or (seal.get("env", {}) or {}).get("domain") or "shop")
+def final_policy(run_dir: Path) -> Path | None:
+    """The Hugging Face folder of the last checkpoint verl wrote in ``run_dir``, if it holds weights."""
+    latest = run_dir / "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
+    if not latest.exists():
+        return None
+    folder = run_dir / f"global_step_{latest.read_text().strip()}" / "actor" / "huggingface"
+    weights = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
+    return folder if weights else None
 
 
 def launch(cfg) -> None:
@@ -130,8 +138,9 @@ def launch(cfg) -> None:
 
 def _check_sandbox_backend(cfg) -> None:
     """Fail before minutes of model preparation when the Docker daemon the envs need is not there."""
-    sandbox = str(((cfg.get("seal", {}) or {}).get("env", {}) or {}).get("sandbox") or "docker")
-    if sandbox != "docker":
+    from seal_trainer.config import seal_config_from
+
+    if seal_config_from(cfg).env.sandbox not in (None, "docker"):
         return
     from seal_envs.sandbox.docker import docker_client
     from seal_envs.sandbox.base import SandboxError
@@ -211,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     t0 = time.time()
-    _check_sandbox_backend(cfg)
-    resolve_auto(cfg)
+    try:
+        _check_sandbox_backend(cfg)
+        resolve_auto(cfg)
+    except ValueError as exc:  # a config that cannot train (seal_trainer.config, seal_trainer.data): say what to fix
+        raise SystemExit(f"seal-train: {exc}") from None
     from omegaconf import OmegaConf
 
     run_dir = Path(cfg.trainer.default_local_dir)
@@ -233,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                        f"{seal.get('model', '')}, {seal.get('ablation', 'full')} SEAL, {time.strftime('%Y-%m-%d')}")
         heldout = " -> ".join(f"{v:.3f} (step {s})" for s, v in summary(steps_log)["heldout"]) or "not run"
         print(f"[seal] held-out success: {heldout}; plot {png}", flush=True)
+    policy = final_policy(run_dir)
+    if policy is not None:
+        print(f"[seal] final policy: {policy}  (seal-eval --policy hf --model {policy})", flush=True)
     print(f"[seal] done in {time.time() - t0:.0f} s; run folder {run_dir}", flush=True)
     return 0
 

@@ -13,6 +13,9 @@
 ``vanilla`` is GRPO as verl computes it, except that infrastructure failures stay masked out of the groups.
 Explicit ``seal.interface_evolution`` / ``seal.reweighting.enable`` / ``seal.closed_loop_update`` values
 override the preset.
+
+``seal.domain`` is the one key that picks the tool domain: the envs, the dataset written for
+``data.*_files=auto`` and the warm start's demonstrations all use it.
 """
 
 from __future__ import annotations
@@ -33,19 +36,34 @@ ABLATIONS: dict[str, dict[str, bool]] = {
 }
 
 
+# keys that once named the domain separately for the envs and the dataset; ``seal.domain`` replaced both
+REPLACED_DOMAIN_KEYS = ("seal.env.domain", "seal.dataset.domain")
+
+
 @dataclass
 class EnvDefaults:
     """Defaults for rows that do not name them (``seal_*`` dataset columns win)."""
 
-    domain: str | None = "shop"
     sandbox: str | None = "docker"
     max_steps_per_turn: int | None = 20
+
+
+@dataclass
+class DatasetConfig:
+    """The parquet files written for ``data.*_files=auto`` from ``seal.domain``'s tasks (``seal_trainer.data``)."""
+
+    n_train: int | None = None  # None: all of the domain's training split
+    n_val: int | None = None
+    out_dir: str = "auto"  # auto: <trainer.default_local_dir>/data
+    env_id: str | None = None  # a registered env id the rows name (its own tasks), e.g. seal/BFCL-v3-MultiTurn-v0
 
 
 @dataclass
 class SealConfig:
     model: str = "smollm2-135m"  # used where actor_rollout_ref.model.path=auto (seal_trainer.models)
     tool_format: str = DEFAULT_TOOL_FORMAT  # how the policy writes tool calls (seal_envs.formats): env, agent loop, warm start
+    domain: str = "shop"  # a bundled domain's name or a tools.json folder: envs, dataset and warm start
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     ablation: str = "full"
     interface_evolution: bool | None = None
@@ -71,8 +89,18 @@ class SealConfig:
         preset["reweighting"] = self.reweighting.enable
         return preset
 
+    def env_defaults(self) -> dict[str, Any]:
+        """What an env is built with where its dataset row does not say (``seal_trainer.agent_loop``)."""
+        return {k: v for k, v in {"domain": self.domain, "tool_format": self.tool_format, **asdict(self.env)}.items()
+                if v is not None}
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def replaced_domain_key_error(key: str, value: Any) -> str:
+    return (f"{key} is replaced by seal.domain, the one key for the envs, the dataset and the warm start: "
+            f"set seal.domain={value} and remove {key}")
 
 
 def seal_config_from(cfg: Any) -> SealConfig:
@@ -83,11 +111,18 @@ def seal_config_from(cfg: Any) -> SealConfig:
     if node is None:
         return SealConfig()
     doc = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    for key in REPLACED_DOMAIN_KEYS:
+        section = doc.get(key.split(".")[1]) or {}
+        if "domain" in section:
+            raise ValueError(replaced_domain_key_error(key, section["domain"]))
     rw = ReweightConfig(**(doc.pop("reweighting", None) or {}))
     env = EnvDefaults(**(doc.pop("env", None) or {}))
     warm = WarmStartConfig(**(doc.pop("warm_start", None) or {}))
+    dataset = DatasetConfig(**(doc.pop("dataset", None) or {}))
     known = {f for f in SealConfig.__dataclass_fields__}
-    return SealConfig(reweighting=rw, env=env, warm_start=warm, **{k: v for k, v in doc.items() if k in known})
+    return SealConfig(reweighting=rw, env=env, warm_start=warm, dataset=dataset,
+                      **{k: v for k, v in doc.items() if k in known})
 
 
-__all__ = ["ABLATIONS", "EnvDefaults", "SealConfig", "seal_config_from"]
+__all__ = ["ABLATIONS", "REPLACED_DOMAIN_KEYS", "DatasetConfig", "EnvDefaults", "SealConfig",
+           "replaced_domain_key_error", "seal_config_from"]

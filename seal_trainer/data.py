@@ -8,6 +8,7 @@ interface, ``eval`` rows the original one), ``seal_sandbox``, ``seal_env_id``, `
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,24 +66,55 @@ def split_tasks(tasks: Sequence[Any], n_train: int | None, n_val: int | None):
     return train, val
 
 
+MIN_SPLIT_TASKS = 8  # below this, held-out success moves in steps of more than 12 points
+
+
+class SplitTooSmall(ValueError):
+    """A split that training cannot run on."""
+
+
+class SmallSplitWarning(UserWarning):
+    """A split that runs, but on fewer tasks than make a signal (and than asked for)."""
+
+
+def check_split(domain: str, train: int, val: int, *, n_train: int | None, n_val: int | None,
+                batch_size: int) -> None:
+    """Raise ``SplitTooSmall`` when training cannot run; warn when a split has fewer than ``MIN_SPLIT_TASKS``
+    tasks and fewer than asked for (``n_train`` / ``n_val`` cap a split and spread it evenly over categories)."""
+    fix = "add tasks to the domain (tasks.json, or a task_splits function)"
+    if train < batch_size:  # verl drops the incomplete last batch: no step would run
+        raise SplitTooSmall(f"domain {domain!r} gives {train} training task(s), fewer than data.train_batch_size="
+                            f"{batch_size}: {fix}, or lower data.train_batch_size")
+    if val == 0:
+        raise SplitTooSmall(f"domain {domain!r} leaves no held-out task to validate on: {fix}")
+    short = [f"{name}: {got} task(s)" + (f" of the {asked} asked for" if asked else "")
+             for name, got, asked in (("training", train, n_train), ("held-out", val, n_val))
+             if got < MIN_SPLIT_TASKS and not (asked and got >= asked)]
+    if short:
+        warnings.warn(f"domain {domain!r} is small ({'; '.join(short)}); fewer than {MIN_SPLIT_TASKS} tasks in a "
+                      f"split make its success rate noise: {fix}", SmallSplitWarning, stacklevel=3)
+
+
 def write_domain_dataset(domain: str, out_dir: str | Path, *, n_train: int | None = None, n_val: int | None = None,
                          sandbox: str | None = None, env_id: str | None = None,
-                         tasks_path: str | None = None) -> tuple[Path, Path]:
-    """Write ``train.parquet`` / ``val.parquet`` for a domain's tasks; returns their paths."""
+                         tasks_path: str | None = None, batch_size: int = 1) -> tuple[Path, Path]:
+    """Write ``train.parquet`` / ``val.parquet`` for a domain's tasks; returns their paths (see ``check_split``)."""
     from seal_envs.spec import load_domain
     from seal_envs.task import load_tasks
 
     spec = load_domain(domain)
     out = Path(out_dir)
     common = dict(domain=domain, sandbox=sandbox, env_id=env_id)
-    if spec.task_splits and not tasks_path:  # the domain's own fixed split (e.g. BFCL's split.json)
+    own_split = bool(spec.task_splits) and not tasks_path  # the domain's own fixed split (e.g. BFCL's split.json)
+    if own_split:
         train, val = list(spec.split_tasks("train")), list(spec.split_tasks("eval"))
         train = split_tasks(train, n_train, None)[0] if n_train else train  # n per split, spread over categories
         val = split_tasks(val, n_val, None)[0] if n_val else val
-        if not env_id:  # no registered env decides the tasks: the rows name a tasks file written beside them
-            return (_write_split(train, out, "train", common), _write_split(val, out, "val", common))
     else:
         train, val = split_tasks(load_tasks(tasks_path or spec.root), n_train, n_val)
+    check_split(domain, len(train), len(val), n_train=n_train, n_val=n_val, batch_size=batch_size)
+    if own_split and not env_id:  # no registered env decides the tasks: the rows name a tasks file written beside them
+        return (_write_split(train, out, "train", common), _write_split(val, out, "val", common))
     return (write_rows(task_rows(train, mode="train", tasks_path=tasks_path, **common), out / "train.parquet"),
             write_rows(task_rows(val, mode="eval", seed=10_000, tasks_path=tasks_path, **common), out / "val.parquet"))
 
@@ -95,4 +127,5 @@ def _write_split(tasks: list[Any], out: Path, name: str, common: dict[str, Any])
     return write_rows(task_rows(tasks, mode=mode, seed=seed, tasks_path=path, **common), out / f"{name}.parquet")
 
 
-__all__ = ["split_tasks", "task_rows", "write_domain_dataset", "write_rows"]
+__all__ = ["MIN_SPLIT_TASKS", "SmallSplitWarning", "SplitTooSmall", "check_split", "split_tasks", "task_rows",
+           "write_domain_dataset", "write_rows"]

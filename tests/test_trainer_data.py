@@ -40,3 +40,40 @@ def test_split_tasks_without_an_env_id_travel_in_a_tasks_file_the_workers_load(t
     obs, info = env.reset(options={"task_id": row["seal_task_id"]})
     assert info["task_id"] == row["seal_task_id"] and obs[-1]["content"] == row["prompt"][0]["content"]
     env.close()
+
+
+def small_domain(tmp_path, count: int) -> str:
+    from seal_envs.task import load_tasks, write_tasks
+
+    return str(write_tasks([t for t in load_tasks("shop") if t.category == "base"][:count], tmp_path / "tasks.json"))
+
+
+def test_a_small_domain_warns_with_the_fix(tmp_path):
+    import pytest
+
+    from seal_trainer.data import SmallSplitWarning
+
+    with pytest.warns(SmallSplitWarning, match=r"training: 3 task\(s\); held-out: 2 task\(s\).*add tasks"):
+        write_domain_dataset("shop", tmp_path, tasks_path=small_domain(tmp_path, 5))
+    with pytest.warns(SmallSplitWarning, match=r"held-out: 2 task\(s\) of the 12 asked for"):
+        write_domain_dataset("shop", tmp_path, n_train=3, n_val=12, tasks_path=small_domain(tmp_path, 5))
+
+
+def test_a_split_training_cannot_run_on_is_an_error(tmp_path):
+    import pytest
+
+    from seal_trainer.data import SplitTooSmall
+
+    with pytest.raises(SplitTooSmall, match="3 training task.*data.train_batch_size=4"):
+        write_domain_dataset("shop", tmp_path, tasks_path=small_domain(tmp_path, 5), batch_size=4)
+    with pytest.raises(SplitTooSmall, match="no held-out task"):
+        write_domain_dataset("shop", tmp_path, tasks_path=small_domain(tmp_path, 1))
+
+
+def test_the_embedded_default_split_is_quiet(tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train, val = write_domain_dataset("shop", tmp_path, n_val=12, batch_size=2)
+    assert (len(pd.read_parquet(train)), len(pd.read_parquet(val))) == (32, 8)  # n_val caps and spreads: 4 base, 2 miss_param, 2 miss_func
