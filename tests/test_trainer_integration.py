@@ -62,3 +62,5 @@ def test_seal_train_smollm2_two_steps(tmp_path: Path):
     assert any(line.startswith("[seal] step 2/2") for line in console), out.stdout
     assert any("held-out success after 2 step(s)" in line for line in console), out.stdout
     assert len(console) < 25, out.stdout  # SEAL's lines only; verl's and Ray's output is in train.log
+    final = run_dir / "global_step_2" / "actor" / "huggingface"  # the default saves the policy after the last step
+    assert (final / "model.safetensors").exists() and any(f"final policy: {final}" in line for line in console)
