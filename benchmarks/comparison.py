@@ -23,7 +23,8 @@ same weights. Per step the runs also record the training reward, the share of GR
 Outputs under ``--out``: ``runs/<arm>_s<seed>/`` (seal-train's run folders: train.log, seal_steps.jsonl, verl
 metrics, rollouts), ``comparison.json`` and ``comparison.png`` (held-out and bundled success against steps, per
 arm, mean and spread over seeds; informative groups per step). Runs whose trainer fails stop the script with the
-trainer's log tail; nothing is estimated or filled in. ``--train-file``/``--val-file`` and ``--set`` run the same
+trainer's log tail; nothing is estimated or filled in. A run folder holding ``record.json`` (written when its
+run finished) is reused when the script is started again with the same ``--steps``. ``--train-file``/``--val-file`` and ``--set`` run the same
 experiment on other data and settings (``benchmarks/replication/run.py``: the tiny model).
 """
 
@@ -107,6 +108,12 @@ def run_record(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_one(args, arm: str, seed: int, train: Path, val: Path, validate_first: bool) -> dict[str, Any]:
     run_dir = (args.out / "runs" / f"{arm}_s{seed}").resolve()
+    done = run_dir / "record.json"
+    if done.exists() and not args.dry_run:  # finished earlier (the script was stopped): reused, not rerun
+        record = json.loads(done.read_text())
+        if record.get("steps") == args.steps:
+            print(f"[comparison] {arm} seed {seed}: finished earlier, reusing {done}", flush=True)
+            return record
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics = run_dir / "verl_metrics.jsonl"
     metrics.unlink(missing_ok=True)
@@ -124,7 +131,10 @@ def run_one(args, arm: str, seed: int, train: Path, val: Path, validate_first: b
         tail = "\n".join((run_dir / "console.log").read_text(errors="replace").splitlines()[-25:])
         raise SystemExit(f"seal-train failed for {arm} seed {seed} (exit {proc.returncode}); no results written. "
                          f"Logs: {run_dir}\n{tail}")
-    return {"arm": arm, "seed": seed, "wall_s": round(time.time() - t0, 1), "run_dir": str(run_dir), **record}
+    result = {"arm": arm, "seed": seed, "steps": args.steps, "wall_s": round(time.time() - t0, 1),
+              "run_dir": str(run_dir), **record}
+    done.write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def spread(values: list[float]) -> dict[str, float]:
