@@ -119,6 +119,12 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.tasks: tuple[Task, ...] = tuple(tasks)
         if not self.tasks:
             raise ValueError("no tasks given")
+        names = {d.name for d in self.domains}
+        strangers = sorted({t.domain for t in self.tasks} - names)
+        if strangers:  # their ground truth would be checked against tools they were not written for
+            raise ValueError(f"tasks of domain {', '.join(map(repr, strangers))} given to an env of domain "
+                             f"{', '.join(map(repr, sorted(names)))}; check the tasks file's \"domain\" "
+                             "(`seal-envs validate DOMAIN --tasks FILE` lists them)")
         self._tasks_by_id = {t.id: t for t in self.tasks}
         self.mode: Mode = mode
         self.sandbox_config = SandboxConfig(backend=sandbox) if isinstance(sandbox, str) else sandbox

@@ -120,6 +120,12 @@ def test_make_refuses_unresolvable_implementations_with_validates_message(tmp_pa
     assert str(problem) in str(caught.value).splitlines()
 
 
+def test_make_refuses_tasks_of_another_domain(tmp_path):
+    root = write_domain(tmp_path / "domain", domain="bank")
+    with pytest.raises(ValueError, match="tasks of domain 'bank' given to an env of domain 'ledger'"):
+        gym.make("seal/ToolUse-v0", domain=str(root), sandbox="inprocess")
+
+
 @pytest.mark.docker
 def test_docker_resolves_and_replays_inside_the_sandbox(docker_daemon):
     """The domain's code is imported in the container (the host never imports it), for make and validate."""
