@@ -44,7 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "results" / "comparison"
 SOURCES = {"heldout": "seal/shop", "bundled": "seal/shop-bundled"}
-TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/w/mean", "seal/interface_version",
+TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/w_grad/mean", "seal/interface_version",
               "actor/grad_norm", "timing_s/step")
 
 
@@ -159,7 +159,7 @@ def aggregate(runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
                 "informative_groups": sum(x.get("seal/informative_groups", 0.0) for x in rows),
                 "groups": sum(x.get("seal/groups", 0.0) for x in rows),
                 "interface_version": [x.get("seal/interface_version") for x in rows],
-                "w_mean": [x.get("seal/w/mean") for x in rows],
+                "w_mean": [x.get("seal/w_grad/mean") for x in rows],
             }
         arms[arm] = {"seeds": [r["seed"] for r in mine], "final": final, "per_step": per_step}
     return {"start": start, "arms": arms}

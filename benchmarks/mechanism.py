@@ -7,16 +7,20 @@ The warm-started model seal-train starts from (default: SmolLM2-135M-Instruct af
 ``seal_trainer/config/seal_cpu.yaml``, taken from its cache) plays the shop domain's training tasks, G samples
 per task at the training temperature, under each arm's interface:
 
-- ``original``: ``InterfaceState()``, what the policy sees before any evolution;
-- ``evolved``: ``evolve(InterfaceState(), <label counts of the original arm>)``, the interface SEAL's first
-  closed-loop step would install from this very failure profile;
+- ``original``: ``InterfaceState()``, what evaluation sees;
+- ``evolved``: ``evolve(InterfaceState.initial(), <failure profile of the original arm's rollouts>)``, the
+  interface SEAL's first closed-loop step would install from this very profile (with the default gate, the
+  reference's: schema cues from the start, guidelines for qualifying failure tags);
 - ``schema_cues`` / ``error_hints`` / ``guidelines``: the evolved state with only that cue family left on
   (skipped when the evolved state does not turn the family on).
 
 Every arm plays the same tasks with the same sampling seed. Per arm: success rate (reward 1 share), turn pass
-rate (share of agent-attributable turns labelled pass), label shares, the share of GRPO groups (the G samples
-of a task) whose rewards are not all equal (the groups that give a non-zero advantage), truncations and time.
-Generation is batched (``seal_envs.evaluation.batched``); envs run in-process.
+rate (share of agent-attributable turns labelled pass), label and tag shares, the share of GRPO groups (the G
+samples of a task) whose rewards are not all equal (the groups that give a non-zero advantage), truncations,
+time, and the trajectory weights w the trainer would give these rollouts: per label and per tag, the mean w with
+fixed rho and with dynamic rho (one update from these rollouts, as at the first step of an epoch), over all
+rollouts and over those in informative groups (the ones with a gradient). Generation is batched
+(``seal_envs.evaluation.batched``); envs run in-process.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from pathlib import Path
 
 from seal_envs.diagnosis import NON_AGENT_LABELS, Label
 from seal_envs.evaluation.batched import Job, Limits, Outcome, play_episodes
-from seal_envs.interface import InterfaceState, evolve
+from seal_envs.interface import FailureInput, FailureProfile, InterfaceState, evolve
+from seal_trainer.advantage import ReweightConfig, Reweighter, in_informative_group
 
 CONFIG = Path(__file__).resolve().parents[1] / "seal_trainer" / "config" / "seal_cpu.yaml"
 CUE_ARMS = ("schema_cues", "error_hints", "guidelines")
@@ -60,9 +65,15 @@ def default_model(warm_start: Mapping) -> Path:
     return warm_started_model(resolve_model("smollm2-135m"), "shop", WarmStartConfig(**warm_start))
 
 
-def arm_interfaces(profile: Mapping[str, int], arms: Sequence[str]) -> dict[str, InterfaceState]:
-    """The interface of each evolved arm, from the original arm's label counts; inactive cue families left out."""
-    evolved = evolve(InterfaceState(), profile)
+def outcomes_profile(outcomes: Sequence[Outcome]) -> FailureProfile:
+    """The failure profile the closed loop would build from these rollouts (faults masked, as in training)."""
+    return FailureProfile.from_rollouts((o.labels, o.tags, o.reward) for o in outcomes
+                                        if not (o.infrastructure_error or o.task_error))
+
+
+def arm_interfaces(profile: FailureInput, arms: Sequence[str]) -> dict[str, InterfaceState]:
+    """The interface of each evolved arm, from the original arm's profile; inactive cue families left out."""
+    evolved = evolve(InterfaceState.initial(), profile)
     only = {
         "schema_cues": replace(evolved, error_hints=False, guidelines=()),
         "error_hints": replace(evolved, schema_cues=False, guidelines=()),
@@ -72,9 +83,32 @@ def arm_interfaces(profile: Mapping[str, int], arms: Sequence[str]) -> dict[str,
     return {arm: states[arm] for arm in arms if arm != "original" and not states[arm].is_original}
 
 
+def weight_table(outcomes: Sequence[Outcome]) -> dict:
+    """Mean trajectory weight per label and per tag (rollouts that have it), fixed and dynamic rho, over all
+    valid rollouts and over those in informative groups."""
+    kept = [o for o in outcomes if not (o.infrastructure_error or o.task_error)]
+    tags = [o.tags for o in kept]
+    rewards = [o.reward for o in kept]
+    weights = {mode: Reweighter(ReweightConfig(rho=mode)).weights(tags, rewards, epoch=0)
+               for mode in ("fixed", "dynamic")}
+    grad = in_informative_group([o.task_id for o in kept], rewards, [True] * len(kept))
+    table: dict = {}
+    for kind in ("labels", "tags"):
+        for name in sorted({n for o in kept for n in getattr(o, kind)}):
+            rows = [j for j, o in enumerate(kept) if name in getattr(o, kind)]
+            entry = {"rollouts": len(rows), "with_gradient": int(sum(grad[j] for j in rows))}
+            for mode, w in weights.items():
+                entry[f"w_{mode}"] = float(sum(w[j] for j in rows) / len(rows))
+                with_grad = [w[j] for j in rows if grad[j]]
+                entry[f"w_{mode}_grad"] = float(sum(with_grad) / len(with_grad)) if with_grad else None
+            table.setdefault(kind, {})[name] = entry
+    return table
+
+
 def arm_summary(outcomes: Sequence[Outcome], samples: int) -> dict:
-    """Success, turn pass rate, label shares and the share of GRPO groups with a non-zero advantage."""
+    """Success, turn pass rate, label and tag shares, the share of GRPO groups with a non-zero advantage, w."""
     labels = Counter(label for o in outcomes for label in o.labels)
+    tags = Counter(tag for o in outcomes for tag in o.tags)
     agent_turns = sum(n for label, n in labels.items() if label not in NON_AGENT)
     groups: dict[str, list[float]] = {}
     for o in outcomes:
@@ -87,6 +121,8 @@ def arm_summary(outcomes: Sequence[Outcome], samples: int) -> dict:
         "turn_pass_rate": labels.get(Label.PASS.value, 0) / max(1, agent_turns),
         "label_shares": {k: v / total for k, v in labels.most_common()},
         "label_counts": dict(labels.most_common()),
+        "tag_counts": dict(tags.most_common()),
+        "weights": weight_table(outcomes),
         "groups": len(groups),
         "nonzero_advantage_groups": sum(len(set(r)) > 1 for r in groups.values()) / max(1, len(groups)),
         "truncated": sum(o.truncated for o in outcomes),
@@ -157,8 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results, records = {}, {}
     results["original"], outcomes = run("original", InterfaceState())
     records["original"] = outcomes
-    profile = Counter(label for o in outcomes for label in o.labels)
-    interfaces = arm_interfaces(profile, arms)
+    interfaces = arm_interfaces(outcomes_profile(outcomes), arms)
     for arm in arms[1:]:
         if arm not in interfaces:
             print(f"{arm}: the evolved interface does not turn it on for this profile; skipped", flush=True)
@@ -172,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "generated_tokens": generator.generated_tokens},
            "arms": results,
            "rollouts": {arm: [{"task_id": o.task_id, "sample": o.sample, "reward": o.reward, "labels": o.labels,
-                               "truncated": o.truncated} for o in outcomes] for arm, outcomes in records.items()}}
+                               "tags": o.tags, "truncated": o.truncated} for o in outcomes]
+                        for arm, outcomes in records.items()}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))

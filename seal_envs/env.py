@@ -18,11 +18,13 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, SupportsFloat
+from typing import Any, Literal
 
 import gymnasium as gym
 
-from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
+from seal_envs.diagnosis import (
+    CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn, fault, not_reached,
+)
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
 from seal_envs.formats import DEFAULT_TOOL_FORMAT, ParseLimits, ToolFormat, get_tool_format
 from seal_envs.protocol import NATIVE, Protocol
@@ -31,7 +33,7 @@ from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, 
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
 from seal_envs.spec.patterns import bounded_validator
-from seal_envs.task import Task, ToolCall, load_tasks
+from seal_envs.task import Task, ToolCall, Turn, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 log = logging.getLogger(__name__)
@@ -111,7 +113,6 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 if tool.name in self.tools:
                     raise ValueError(f"tool {tool.name!r} is defined by more than one domain")
                 self.tools[tool.name] = tool
-        self._mutating_tools = frozenset(n for n, t in self.tools.items() if t.mutates_state)
         if tasks is None:
             tasks = load_tasks(self.domains[0].root)
         elif isinstance(tasks, (str, Path)):
@@ -250,6 +251,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             "turn": self._turn,
             "tools": self.tool_schemas,
             "labels": [d.label.value for d in self._diagnoses],
+            "tags": [d.tag.value for d in self._diagnoses],
             "interface_version": self._episode_interface.version,
             **extra,
         }
@@ -270,7 +272,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             outcome = "ok"
             self._executed.append((tool.implementation, call.arguments))
         record = CallRecord(self._steps_in_turn, outcome, call, tool.mutates_state, violations,
-                            None if result.ok else f"{result.error_type}: {result.error}", result.output)
+                            None if result.ok else f"{result.error_type}: {result.error}", result.output,
+                            backend=tool.class_path)
         return record, result
 
     def _recover_from_tool_death(self, result: CallResult) -> CallResult:
@@ -304,8 +307,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1
         observation: list[Message] = []
-        # a malformed call is answered (and keeps the turn open) only where the error-hint cue asks for it
-        recovering = bool(parsed.errors) and self._episode_interface.error_hints
+        # the protocol, never the interface, decides whether a malformed call is answered (the hint is extra text)
+        recovering = bool(parsed.errors) and self.protocol.answers_malformed_calls
         for error in parsed.errors:
             record = CallRecord(self._steps_in_turn, "parse_error", error=error.reason)
             self._records.append(record)
@@ -343,23 +346,53 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             else:  # the last turn is over, or a force-quit: BFCL fails an entry force-quit before its last turn
                 terminated, self._done = True, True
                 finished = self._turn == len(self._task.turns)
+                self._pad_unreached("a step cap ended the episode in an earlier turn")
                 reward = float(finished and all(v.passed for v in self._verdicts))
         self.messages.extend(observation)
         info = self._info(turn_ended=turn_ended, label=diagnosis.label.value if diagnosis else None,
                           diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False,
-                          calls=list(parsed.calls), force_quit=cap_hit)
+                          tag=diagnosis.tag.value if diagnosis else None, calls=list(parsed.calls),
+                          force_quit=cap_hit)
         info["turn"] = acted_turn
         if terminated:
             info["verdicts"] = [v.passed for v in self._verdicts]
         return tuple(observation), reward, terminated, False, info
+
+    def truncate(self, reason: str = "the caller ended the episode") -> dict[str, Any]:
+        """End the episode from outside (a trainer's response budget or turn cap), as the reference pads it.
+
+        The turn in progress is judged and diagnosed from what happened in it so far, and every later turn is
+        labelled ``not_reached``, so that the diagnoses (and a trajectory weight) cover the whole task. Returns the
+        final ``info`` (reward 0: the task was not finished). A finished episode is left as it is."""
+        if self._done:
+            return self._info()
+        if self._task_error is None and self._infrastructure_error is None and self._turn < len(self._task.turns):
+            try:
+                self._end_turn("", cap_hit=True)
+                self._turn += 1
+            except SandboxError as exc:
+                self._sandbox_failed()
+                return self._finish_with(Label.INFRASTRUCTURE_ERROR, str(exc))[-1]
+            self._pad_unreached(reason)
+        self._done = True
+        return self._info(truncated=True, verdicts=[v.passed for v in self._verdicts])
+
+    def _pad_unreached(self, reason: str) -> None:
+        for index in range(self._turn, len(self._task.turns)):
+            self._diagnoses.append(not_reached(index, self._task.turns[index], reason))
+
+    def _ground_truth_backends(self, turn: Turn) -> frozenset[str]:
+        tools = [self.protocol.resolve(call, self._task, list(self.tools), self.tools) for call in turn.ground_truth]
+        return frozenset(t.class_path for t in tools if isinstance(t, ToolSpec))
 
     def _end_turn(self, final_response: str, cap_hit: bool) -> Diagnosis:
         turn = self._task.turns[self._turn]
         calls_made = sum(r.call is not None for r in self._records)
         verdict = judge_turn(self._reference[self._turn], turn, self._sandbox.snapshot(), self._outputs,
                              final_response, calls_made)
-        evidence = TurnEvidence(self._turn, turn, tuple(self._records), final_response, verdict, cap_hit)
-        diagnosis = diagnose_turn(evidence, self._mutating_tools)
+        evidence = TurnEvidence(self._turn, turn, tuple(self._records), final_response, verdict, cap_hit,
+                                self._ground_truth_backends(turn))
+        diagnosis = diagnose_turn(evidence)
         self._verdicts.append(verdict)
         self._diagnoses.append(diagnosis)
         return diagnosis
@@ -371,10 +404,10 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
 
     def _finish_with(self, label: Label, reason: str):
         """End the episode on a fault that is not the agent's: reward 0, flagged so trainers mask it."""
-        diagnosis = Diagnosis(self._turn, label, reason)
+        diagnosis = fault(self._turn, label, reason)
         self._diagnoses.append(diagnosis)
         self._done = True
-        info = self._info(turn_ended=True, label=label.value, diagnosis=diagnosis.to_json(),
+        info = self._info(turn_ended=True, label=label.value, tag=diagnosis.tag.value, diagnosis=diagnosis.to_json(),
                           infrastructure_error=label is Label.INFRASTRUCTURE_ERROR, task_error=label is Label.TASK_ERROR)
         return (), 0.0, True, False, info
 

@@ -26,6 +26,9 @@ class Protocol:
 
     name = "seal"
     decodes: str | None = None  # the one tool format this protocol decodes; None: the env's own
+    # a message with a malformed call block: answered with a parse error (the turn stays open), or taken as the
+    # turn's final answer. The rule of the protocol in every mode; the training interface only adds hint text.
+    answers_malformed_calls: bool = True
 
     def decode(self, action: str, limits: ParseLimits, tool_format: ToolFormat) -> ParsedAction:
         """The calls the env executes from one assistant message (and the blocks it could not use)."""

@@ -9,8 +9,8 @@ A turn passes when
     the agent already obtained in an earlier turn;
 (3) a turn whose ground truth has calls saw at least one call (BFCL's ``empty_turn_model_response``);
 (4) the final answer contains the task's required response content, if any;
-(5) a turn whose ground truth has no call was answered without calling a tool (the agent must ask or decline,
-    not guess).
+(5) a turn whose ground truth has no call was answered in text without calling a tool (the agent must ask or
+    decline, not guess; an empty answer does neither).
 The episode's reward is 1 iff every turn passes.
 
 BFCL tasks (``Task.metadata["checker"] == "bfcl"``) follow the official ``multi_turn_checker`` exactly: a turn
@@ -106,7 +106,7 @@ def judge_turn(reference: TurnReference, turn: Turn, state: dict[str, Any], outp
         state_matches=not diff,
         outputs_match=not missing and (calls_made > 0 or not turn.ground_truth),
         response_matches=all(s.lower() in answer for s in turn.required_response),
-        abstention_ok=bool(turn.ground_truth) or calls_made == 0,
+        abstention_ok=bool(turn.ground_truth) or (calls_made == 0 and bool(answer.strip())),
         state_diff=diff,
         missing_outputs=sum(missing.values()),
     )

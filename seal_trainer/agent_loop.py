@@ -13,8 +13,10 @@ Per sample (a dataset row with ``agent_name="seal_tool_env"`` and the ``seal_*``
    tool/user messages as context tokens (response mask 0) with verl's continuous-token builder, so the
    trained token stream is exactly the one that was generated (no re-tokenisation drift);
 4. stop when the env terminates/truncates, the response budget (``rollout.response_length``) is spent, or
-   the assistant-turn cap is reached; return ``AgentLoopOutput`` with the env's 0/1 reward and per-sample
-   ``extra_fields``: ``seal_labels`` (turn labels), ``seal_infrastructure_error``, ``seal_task_id``,
+   the assistant-turn cap is reached (then ``env.truncate()`` judges the turn in progress and labels the turns
+   never reached, so labels and tags cover the whole task, as the reference pads them); return
+   ``AgentLoopOutput`` with the env's 0/1 reward and per-sample ``extra_fields``: ``seal_labels`` and
+   ``seal_tags`` (one per turn of the task), ``seal_infrastructure_error``, ``seal_task_id``,
    ``seal_interface_version``, ``seal_truncated``.
 
 A failing env (reset or step raising, sandbox died, an infrastructure label) never raises out of ``run``:
@@ -134,6 +136,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         logprobs: list[float] | None = [] if sampling_params.get("logprobs") else None
         request_id = uuid4().hex
         reward, labels, infra, truncated = 0.0, list(info.get("labels", [])), False, False
+        tags = list(info.get("tags", []))
         assistant_turns, user_turns = 0, 1
         min_steps = max_steps = None
         gen_time = tool_time = 0.0
@@ -168,7 +171,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             with simple_timer("tool", timing):
                 obs, step_reward, terminated, env_truncated, info = await asyncio.to_thread(env.step, text)
             tool_time += timing.get("tool", 0.0)
-            labels = list(info.get("labels", labels))
+            labels, tags = list(info.get("labels", labels)), list(info.get("tags", tags))
             if info.get("infrastructure_error") or info.get("task_error") or (info.get("label") in INFRA_LABELS):
                 infra = True
                 break
@@ -192,6 +195,10 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             merged, response_mask, logprobs = await self.ct_merge_context_msg(
                 messages, updated, runtime_ids, response_mask, logprobs, tools=None)
             runtime_ids, messages = merged.token_ids, updated
+        if truncated and not infra:
+            info = await asyncio.to_thread(env.unwrapped.truncate, "the rollout's response budget or turn cap ran out")
+            labels, tags = list(info.get("labels", labels)), list(info.get("tags", tags))
+            infra = bool(info.get("infrastructure_error"))
         response_ids = runtime_ids[len(prompt_ids):][: self.response_length]
         response_mask = response_mask[: self.response_length]
         if logprobs is not None:
@@ -202,7 +209,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         if infra:
             response_mask = [0] * len(response_ids)
             reward = 0.0
-        extra_fields = self._extra(task_id, labels, infra, truncated, interface_version, spec.mode)
+        extra_fields = self._extra(task_id, labels, tags, infra, truncated, interface_version, spec.mode)
         extra_fields["min_global_steps"] = self.last_global_steps if min_steps is None else min_steps
         extra_fields["max_global_steps"] = self.last_global_steps if max_steps is None else max_steps
         return AgentLoopOutput(
@@ -216,10 +223,11 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         return int(pad if pad is not None else self.tokenizer.eos_token_id or 0)
 
     @staticmethod
-    def _extra(task_id, labels, infra, truncated, interface_version, mode) -> dict[str, Any]:
+    def _extra(task_id, labels, tags, infra, truncated, interface_version, mode) -> dict[str, Any]:
         return {
             "seal_task_id": task_id or "",
             "seal_labels": json.dumps(list(labels)),
+            "seal_tags": json.dumps(list(tags)),
             "seal_infrastructure_error": bool(infra),
             "seal_truncated": bool(truncated),
             "seal_interface_version": int(interface_version),
@@ -232,7 +240,8 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             prompt_ids = await self.ct_build_initial_tokens(messages)
         except Exception:
             prompt_ids = [self._pad_id()]
-        extra = self._extra(task_id, ["infrastructure_error"], True, False, 0, _scalar(row.get("seal_mode")) or "train")
+        extra = self._extra(task_id, ["infrastructure_error"], ["infrastructure_error"], True, False, 0,
+                            _scalar(row.get("seal_mode")) or "train")
         extra["seal_error"] = reason[:500]
         extra["min_global_steps"] = extra["max_global_steps"] = self.last_global_steps
         return AgentLoopOutput(

@@ -1,60 +1,70 @@
 """The closed loop: Omega_{t+1} = Evolve(Omega_t, C_t) between training steps.
 
-After each step the trainer hands the batch's turn labels to ``ClosedLoop.observe``; ``ClosedLoop.update``
-aggregates the last ``profile_window`` steps into the failure profile C_t (label counts of agent-attributable
-turns; infrastructure/task faults excluded), evolves the interface with ``seal_envs.interface.evolve`` and
-publishes it on the ``InterfaceBoard`` (``seal_trainer.envpool``); every agent-loop worker adopts it for its
-training envs (``env.unwrapped.mutate(state)``) before its next episode. Validation rows use ``mode="eval"``
-envs, which always run the original interface.
+After each step the trainer hands every rollout's turn labels, turn tags and reward to ``ClosedLoop.observe``;
+``ClosedLoop.update`` aggregates the window into the failure profile C_t (``seal_envs.interface.FailureProfile``:
+per label and tag, turns seen and the mean reward of their rollouts; infrastructure/task faults excluded), evolves
+the interface with ``seal_envs.interface.evolve`` and publishes it on the ``InterfaceBoard``
+(``seal_trainer.envpool``); every agent-loop worker adopts it for its training envs (``env.unwrapped.mutate``)
+before its next episode. Validation rows use ``mode="eval"`` envs, which always run the original interface.
 
-Switches (see ``seal_trainer.config``): ``interface_evolution=False`` never evolves (the interface stays the
-original); ``closed_loop_update=False`` evolves once, from the first profile, and then keeps that interface.
+The window is the current epoch's rollouts (``profile_window=0``, as the reference's capability state, which
+resets each epoch) or the last N steps. Training starts from ``InterfaceState.initial``: the reference's main
+configuration turns the schema cues on from the first step.
+
+Switches (see ``seal_trainer.config``): ``interface_evolution=False`` keeps the original interface throughout;
+``closed_loop_update=False`` evolves once, from the first profile, and then keeps that interface.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from seal_envs.interface import InterfaceState, evolve, failure_profile
+from seal_envs.interface import EvolutionConfig, FailureProfile, InterfaceState, evolve
 
 from seal_trainer.envpool import get_board
 
 
 class ClosedLoop:
-    def __init__(self, interface_evolution: bool = True, closed_loop_update: bool = True, profile_window: int = 1,
-                 interface: InterfaceState | None = None, board: Any = None):
+    def __init__(self, interface_evolution: bool = True, closed_loop_update: bool = True, profile_window: int = 0,
+                 config: EvolutionConfig | None = None, board: Any = None):
         self.interface_evolution = interface_evolution
         self.closed_loop_update = closed_loop_update
-        self.interface = interface or InterfaceState()
-        self.window: deque[Counter[str]] = deque(maxlen=max(1, profile_window))
+        self.profile_window = profile_window
+        config = config or EvolutionConfig()
+        self.interface = InterfaceState.initial(config) if interface_evolution else InterfaceState(config=config)
+        self.window: deque[FailureProfile] = deque(maxlen=profile_window if profile_window > 0 else None)
+        self.epoch: int | None = None
         self.updates = 0
         self.board = board
 
-    def observe(self, trajectory_labels: Iterable[Sequence[str]], valid: Iterable[bool] | None = None) -> dict[str, int]:
-        """Add one step's labels; returns that step's failure profile."""
-        counts: Counter[str] = Counter()
-        labels_list = list(trajectory_labels)
-        valid_list = [True] * len(labels_list) if valid is None else list(valid)
-        for labels, ok in zip(labels_list, valid_list):
-            if ok:
-                counts.update(labels)
-        profile = failure_profile(dict(counts))
-        self.window.append(Counter(profile))
+    def observe(self, labels: Iterable[Sequence[str]], tags: Iterable[Sequence[str]], rewards: Iterable[float],
+                valid: Iterable[bool] | None = None, epoch: int | None = None) -> FailureProfile:
+        """Add one step's rollouts (every valid rollout's turns); returns that step's profile. With the epoch
+        window, a new ``epoch`` first empties the window."""
+        if self.profile_window <= 0 and epoch is not None and epoch != self.epoch:
+            self.window.clear()
+        self.epoch = epoch if epoch is not None else self.epoch
+        rows = list(zip(labels, tags, rewards))
+        keep = [True] * len(rows) if valid is None else list(valid)
+        profile = FailureProfile.from_rollouts(row for row, ok in zip(rows, keep) if ok)
+        self.window.append(profile)
         return profile
 
-    def profile(self) -> dict[str, int]:
-        total: Counter[str] = Counter()
-        for c in self.window:
-            total.update(c)
-        return dict(sorted(total.items()))
+    def profile(self) -> FailureProfile:
+        return sum(self.window, FailureProfile())
 
     @property
     def frozen(self) -> bool:
         return not self.interface_evolution or (not self.closed_loop_update and self.updates >= 1)
+
+    def start(self) -> None:
+        """Publish the starting interface, so that the first step's training envs already use it."""
+        if not self.interface.is_original:
+            self.publish(0)
 
     def update(self, step: int | None = None) -> tuple[InterfaceState, bool]:
         """Evolve from the current profile (unless switched off) and publish; returns (state, changed)."""
@@ -80,8 +90,8 @@ class ClosedLoop:
             ray.get(board.publish.remote(self.interface.dumps(), step))
 
     def state(self) -> dict[str, Any]:
-        return {"interface": self.interface.to_json(), "updates": self.updates,
-                "window": [dict(c) for c in self.window]}
+        return {"interface": self.interface.to_json(), "updates": self.updates, "epoch": self.epoch,
+                "window": [p.to_json() for p in self.window]}
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
         Path(path).write_text(json.dumps({**self.state(), **(extra or {})}, indent=2, sort_keys=True))
@@ -90,9 +100,10 @@ class ClosedLoop:
         doc = json.loads(Path(path).read_text())
         self.interface = InterfaceState.from_json(doc["interface"])
         self.updates = int(doc.get("updates", 0))
+        self.epoch = doc.get("epoch")
         self.window.clear()
-        for c in doc.get("window", []):
-            self.window.append(Counter(c))
+        for p in doc.get("window", []):
+            self.window.append(FailureProfile.from_json(p))
         if not self.interface.is_original or self.updates:
             self.publish()
         return doc

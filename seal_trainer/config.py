@@ -1,18 +1,23 @@
 """SEAL's trainer options (the ``seal:`` block of the Hydra config) and the ablation presets.
 
-=====================  =====================  ===========  ====================
-``seal.ablation``      interface_evolution    reweighting  closed_loop_update
-=====================  =====================  ===========  ====================
-``full`` (default)     on                     on           on
-``vanilla``            off                    off          off
-``no_evolution``       off                    on           on (nothing to evolve)
-``no_reweighting``     on                     off          on
-``no_closed_loop``     on                     on           off: interface fixed after the first profile
-=====================  =====================  ===========  ====================
+=====================  =====================  ===========  ====================  =========
+``seal.ablation``      interface_evolution    reweighting  closed_loop_update    rho
+=====================  =====================  ===========  ====================  =========
+``full`` (default)     on                     on           on                    dynamic
+``vanilla``            off                    off          off                   -
+``no_evolution``       off                    on           on (nothing to evolve) dynamic
+``no_reweighting``     on                     off          on                    -
+``fixed_rho``          on                     on           on                    fixed
+``no_closed_loop``     on                     on           off: fixed after the  dynamic
+                                                           first profile
+=====================  =====================  ===========  ====================  =========
 
-``vanilla`` is GRPO as verl computes it, except that infrastructure failures stay masked out of the groups.
-Explicit ``seal.interface_evolution`` / ``seal.reweighting.enable`` / ``seal.closed_loop_update`` values
-override the preset.
+``full`` is the reference's "Full SEAL" (schema cues from the start, guidelines from the diagnosed failures,
+dynamic rho); ``no_evolution``, ``no_reweighting`` and ``fixed_rho`` are its ablations (no schema cues, no
+reweighting, no dynamic rho). ``vanilla`` is GRPO as verl computes it, except that infrastructure failures stay
+masked out of the groups. Explicit ``seal.interface_evolution`` / ``seal.reweighting.enable`` /
+``seal.closed_loop_update`` values override the preset; ``seal.interface.*`` sets the evolution thresholds
+(``seal_envs.interface.EvolutionConfig``).
 
 ``seal.domain`` is the one key that picks the tool domain: the envs, the dataset written for
 ``data.*_files=auto`` and the warm start's demonstrations all use it.
@@ -24,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from seal_envs.formats import DEFAULT_TOOL_FORMAT
+from seal_envs.interface import EvolutionConfig
 from seal_trainer.advantage import ReweightConfig
 from seal_trainer.warm_start import WarmStartConfig
 
@@ -32,8 +38,10 @@ ABLATIONS: dict[str, dict[str, bool]] = {
     "vanilla": dict(interface_evolution=False, reweighting=False, closed_loop_update=False),
     "no_evolution": dict(interface_evolution=False, reweighting=True, closed_loop_update=True),
     "no_reweighting": dict(interface_evolution=True, reweighting=False, closed_loop_update=True),
+    "fixed_rho": dict(interface_evolution=True, reweighting=True, closed_loop_update=True),
     "no_closed_loop": dict(interface_evolution=True, reweighting=True, closed_loop_update=False),
 }
+FIXED_RHO_ABLATIONS = frozenset({"fixed_rho"})
 
 
 # keys that once named the domain separately for the envs and the dataset; ``seal.domain`` replaced both
@@ -69,10 +77,11 @@ class SealConfig:
     interface_evolution: bool | None = None
     closed_loop_update: bool | None = None
     reweighting: ReweightConfig = field(default_factory=ReweightConfig)
+    interface: EvolutionConfig = field(default_factory=EvolutionConfig)  # evolve's thresholds and cue modes
     env: EnvDefaults = field(default_factory=EnvDefaults)
     env_pool_size: int = 64
     max_assistant_turns: int = 0  # 0: only the env's caps and the response budget stop an episode
-    profile_window: int = 1  # steps of labels aggregated into the failure profile
+    profile_window: int = 0  # failure profile over the current epoch's rollouts (0, the reference) or the last N steps
     log_path: str | None = None  # JSONL per step; default <trainer.default_local_dir>/seal_steps.jsonl
     print_steps: bool = True
 
@@ -86,6 +95,8 @@ class SealConfig:
             preset["closed_loop_update"] = bool(self.closed_loop_update)
         if self.ablation != "full" and "reweighting" in preset:
             self.reweighting.enable = preset["reweighting"] and self.reweighting.enable
+        if self.ablation in FIXED_RHO_ABLATIONS:
+            self.reweighting.rho = "fixed"
         preset["reweighting"] = self.reweighting.enable
         return preset
 
@@ -119,8 +130,9 @@ def seal_config_from(cfg: Any) -> SealConfig:
     env = EnvDefaults(**(doc.pop("env", None) or {}))
     warm = WarmStartConfig(**(doc.pop("warm_start", None) or {}))
     dataset = DatasetConfig(**(doc.pop("dataset", None) or {}))
+    interface = EvolutionConfig(**(doc.pop("interface", None) or {}))
     known = {f for f in SealConfig.__dataclass_fields__}
-    return SealConfig(reweighting=rw, env=env, warm_start=warm, dataset=dataset,
+    return SealConfig(reweighting=rw, env=env, warm_start=warm, dataset=dataset, interface=interface,
                       **{k: v for k, v in doc.items() if k in known})
 
 

@@ -4,13 +4,16 @@ Registered as V1 trainer mode ``seal_sync`` (``trainer.v1.trainer_mode=seal_sync
 ``sync`` mode (colocated rollout, on-policy) except:
 
 - advantage step (``algorithm.adv_estimator=seal_grpo``): fetches each trajectory's ``extra_fields`` from
-  TransferQueue (turn labels, infrastructure flag written by the ``seal_tool_env`` agent loop), computes
-  w_j (``seal_trainer.advantage``), masks infrastructure failures out of their GRPO groups, and writes
-  w_j * A_j. Other estimators fall through to verl's step unchanged.
-- after each step: the closed loop (``seal_trainer.closed_loop``) turns the step's labels into a failure
-  profile, evolves the interface and publishes it to every agent-loop worker.
+  TransferQueue (turn labels and tags, infrastructure flag written by the ``seal_tool_env`` agent loop), computes
+  w_j from the tags (``seal_trainer.advantage``; dynamic rho over the epoch's rollouts), masks infrastructure
+  failures out of their GRPO groups, and writes w_j * A_j. A batch without tags is refused, never silently plain
+  GRPO. Other estimators fall through to verl's step unchanged.
+- before the first step the starting interface (schema cues, as the reference's main configuration) is published;
+  after each step the closed loop (``seal_trainer.closed_loop``) adds every rollout's labels, tags and reward to
+  its window's failure profile, evolves the interface and publishes it to every agent-loop worker.
 - per step it logs (metrics ``seal/*`` and one JSON line in ``seal.log_path``): failure profile, interface
-  state, label distribution, w statistics, infrastructure-failure count; prints a one-line summary.
+  state, label and tag distribution, w statistics over the rollouts that carry gradient and over all of them
+  (never mixed), infrastructure-failure count; prints a one-line summary.
 - validation (eval-mode rows, the original interface): each result is printed as one ``[seal] held-out``
   line and appended to the same JSONL log, so ``seal-train``'s plot needs nothing else.
 - checkpoints: ``seal_state.json`` (interface state, closed-loop window, dynamic rho) is saved in each
@@ -26,6 +29,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
 from seal_trainer.advantage import (
-    Reweighter, as_labels, informative_groups, label_distribution, seal_grpo_advantage, weight_metrics,
+    Reweighter, as_labels, in_informative_group, informative_groups, label_distribution, seal_grpo_advantage,
+    weight_metrics,
 )
 from seal_trainer.closed_loop import ClosedLoop, interface_summary
 from seal_trainer.config import seal_config_from
@@ -56,6 +61,36 @@ STATE_FILE = "seal_state.json"
 def _extra_fields(keys, partition_id) -> list[dict[str, Any]]:
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
     return [dict(e or {}) for e in data.pop("extra_fields").tolist()]
+
+
+@dataclass
+class Rollouts:
+    """What the SEAL steps read from each rollout's ``extra_fields`` (written by the ``seal_tool_env`` loop)."""
+
+    labels: list[list[str]]
+    tags: list[list[str]]
+    infra: np.ndarray
+    truncated: list[bool]
+    tagged: int  # rollouts whose extra fields carry turn tags at all
+
+    @classmethod
+    def from_extras(cls, extras: list[dict[str, Any]]) -> Rollouts:
+        return cls(labels=[as_labels(e.get("seal_labels")) for e in extras],
+                   tags=[as_labels(e.get("seal_tags")) for e in extras],
+                   infra=np.array([bool(e.get("seal_infrastructure_error", False)) for e in extras], dtype=bool),
+                   truncated=[bool(e.get("seal_truncated")) for e in extras],
+                   tagged=sum("seal_tags" in e for e in extras))
+
+    def require_tags(self) -> None:
+        """seal_grpo without the SEAL agent loop would silently be plain GRPO: refuse it, and say so where only
+        part of the batch carries tags (those rollouts keep w = 1)."""
+        if self.tagged == 0:
+            raise ValueError("algorithm.adv_estimator=seal_grpo needs turn tags from the seal_tool_env agent loop, "
+                             "and no rollout of this batch has them: give the dataset rows agent_name=seal_tool_env "
+                             "(seal-train's data.*_files=auto does), or set algorithm.adv_estimator=grpo")
+        if self.tagged < len(self.labels):
+            logger.warning("%d of %d rollouts carry no SEAL turn tags (another agent loop): they keep w = 1",
+                           len(self.labels) - self.tagged, len(self.labels))
 
 
 class SealPPOTrainer(PPOTrainerSync):
@@ -77,7 +112,7 @@ class SealPPOTrainer(PPOTrainerSync):
         self.switches = switches
         self.reweighter = Reweighter(self.seal.reweighting)
         self.closed_loop = ClosedLoop(switches["interface_evolution"], switches["closed_loop_update"],
-                                      self.seal.profile_window)
+                                      self.seal.profile_window, self.seal.interface)
         self._seal_step: dict[str, Any] = {}
         self._seal_pending: dict[str, float] = {}
         log_path = self.seal.log_path or os.path.join(config.trainer.default_local_dir, "seal_steps.jsonl")
@@ -88,63 +123,68 @@ class SealPPOTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ advantage
 
+    def _epoch(self) -> int:
+        return max(self.global_steps - 1, 0) // max(getattr(self, "steps_per_epoch", 0) or 1, 1)
+
     def _compute_advantage(self, batch, metrics: dict):
-        extras = _extra_fields(batch.keys, batch.partition_id)
-        labels = [as_labels(e.get("seal_labels")) for e in extras]
-        infra = np.array([bool(e.get("seal_infrastructure_error", False)) for e in extras], dtype=bool)
-        if self.config.algorithm.adv_estimator != "seal_grpo":
-            batch = super()._compute_advantage(batch, metrics)
-            self._record(labels, infra, np.ones(len(labels)), None, extras, metrics)
-            return batch
-        fields = ["uid", "response_mask", "rm_scores"]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        rollouts = Rollouts.from_extras(_extra_fields(batch.keys, batch.partition_id))
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "response_mask", "rm_scores"])
         response_mask_nested = data["response_mask"]
         proto = DataProto(batch=data.to_padded_tensor())
         uids = list(proto.batch.pop("uid").tolist())
-        scores = proto.batch["rm_scores"]
-        mask = proto.batch["response_mask"]
+        scores, mask = proto.batch["rm_scores"], proto.batch["response_mask"]
         rewards = scores.sum(dim=-1).tolist()
-        valid = ~infra
-        weights = self.reweighter.weights(labels, rewards, valid)
+        valid = ~rollouts.infra
+        if self.config.algorithm.adv_estimator != "seal_grpo":
+            batch = super()._compute_advantage(batch, metrics)
+            carries = in_informative_group(uids, rewards, valid)
+            self._record(rollouts, np.ones(len(uids)), rewards, carries, uids, metrics)
+            return batch
+        rollouts.require_tags()
+        weights = self.reweighter.weights(rollouts.tags, rewards, valid, epoch=self._epoch())
         adv, returns = seal_grpo_advantage(
             scores, mask, uids, weights=torch.as_tensor(weights), valid=torch.as_tensor(valid),
             norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
         output = TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
                              "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(batch))
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
-        self._record(labels, infra, weights, rewards, extras, metrics, uids)
+        self._record(rollouts, weights, rewards, (adv != 0).any(dim=-1).numpy(), uids, metrics)
         return batch
 
-    def _record(self, labels, infra, weights, rewards, extras, metrics: dict, uids=None) -> None:
-        valid = ~infra
-        dist = label_distribution([l for l, ok in zip(labels, valid) if ok])
-        profile = self.closed_loop.observe(labels, valid)
+    def _record(self, rollouts: Rollouts, weights, rewards, carries_gradient, uids, metrics: dict) -> None:
+        valid = ~rollouts.infra
+        kept = [l for l, ok in zip(rollouts.labels, valid) if ok]
+        dist = label_distribution(kept)
+        tag_dist = label_distribution([t for t, ok in zip(rollouts.tags, valid) if ok])
+        profile = self.closed_loop.observe(rollouts.labels, rollouts.tags, rewards, valid, epoch=self._epoch())
+        r = np.asarray(rewards, dtype=float)
+        informative, groups = informative_groups(uids, rewards, valid)
         step_metrics: dict[str, float] = {
-            "seal/infrastructure_errors": float(infra.sum()),
-            "seal/truncated": float(sum(bool(e.get("seal_truncated")) for e in extras)),
+            "seal/infrastructure_errors": float(rollouts.infra.sum()),
+            "seal/truncated": float(sum(rollouts.truncated)),
             "seal/interface_version": float(self.closed_loop.interface.version),
+            "seal/reward_mean": float(r[valid].mean()) if valid.any() else 0.0,
+            "seal/informative_groups": float(informative), "seal/groups": float(groups),
         }
-        if rewards is not None:
-            r = np.asarray(rewards, dtype=float)
-            step_metrics["seal/reward_mean"] = float(r[valid].mean()) if valid.any() else 0.0
-        if rewards is not None and uids is not None:
-            informative, groups = informative_groups(uids, rewards, valid)
-            step_metrics.update({"seal/informative_groups": float(informative), "seal/groups": float(groups)})
-        step_metrics.update(weight_metrics(np.asarray(weights), valid))
+        w_stats = weight_metrics(np.asarray(weights), rollouts.tags, valid, np.asarray(carries_gradient, dtype=bool))
+        step_metrics.update(w_stats)
         step_metrics.update({f"seal/label_share/{k}": v for k, v in dist.items()})
+        step_metrics.update({f"seal/tag_share/{k}": v for k, v in tag_dist.items()})
         metrics.update(step_metrics)
         self._seal_step = {
-            "labels": dist, "profile": profile, "w": weight_metrics(np.asarray(weights), valid, prefix="w"),
-            "weights": [round(float(w), 4) for w in weights], "infrastructure_errors": int(infra.sum()),
-            "reward_mean": step_metrics.get("seal/reward_mean"), "rho": self.reweighter.state()["rho"],
-            "n": len(labels), "groups": step_metrics.get("seal/groups"),
-            "informative_groups": step_metrics.get("seal/informative_groups"),
+            "labels": dist, "tags": tag_dist, "profile": profile.to_json(),
+            "w": {k.removeprefix("seal/"): v for k, v in w_stats.items()},
+            "weights": [round(float(w), 4) for w in weights], "infrastructure_errors": int(rollouts.infra.sum()),
+            "reward_mean": step_metrics["seal/reward_mean"], "rho": self.reweighter.state()["rho"],
+            "n": len(rollouts.labels), "groups": groups, "informative_groups": informative,
         }
 
     # ------------------------------------------------------------------ closed loop
 
     def on_train_begin(self):
         super().on_train_begin()
+        self.closed_loop.start()  # the starting (or restored) interface reaches the envs before the first step
         self._step_started = time.time()
 
     def on_step_end(self):
@@ -163,14 +203,15 @@ class SealPPOTrainer(PPOTrainerSync):
             s = self._seal_step
             labels = " ".join(f"{k}={v:.2f}" for k, v in (s.get("labels") or {}).items()) or "-"
             w = s.get("w") or {}
+            grad = f"{w['w_grad/mean']:.2f} over {w['w_grad/n']:.0f}" if "w_grad/mean" in w else "- (no gradient)"
             now = time.time()
             took = f" ({now - self._step_started:.0f} s)" if getattr(self, "_step_started", None) else ""
             self._step_started = now
             reward = s.get("reward_mean")
             print(f"[seal] step {self.global_steps}/{self.total_training_steps}{took}: reward "
                   f"{reward if reward is None else f'{reward:.3f}'} | informative groups "
-                  f"{s.get('informative_groups') or 0:.0f}/{s.get('groups') or 0:.0f} | w mean {w.get('w/mean', 1):.2f} "
-                  f"[{w.get('w/min', 1):.2f}, {w.get('w/max', 1):.2f}] | infra {s.get('infrastructure_errors', 0)} | "
+                  f"{s.get('informative_groups') or 0:.0f}/{s.get('groups') or 0:.0f} | w mean {grad} rollouts with "
+                  f"gradient ({w.get('w_all/mean', 1):.2f} over all) | infra {s.get('infrastructure_errors', 0)} | "
                   f"interface {interface_summary(before)} -> {interface_summary(state)} | labels {labels}", flush=True)
 
     def _log(self, record: dict[str, Any]) -> None:

@@ -72,16 +72,22 @@ def _mechanism():
 
 
 def test_mechanism_arms_evolve_from_the_original_profile():
+    from seal_envs.evaluation.batched import Outcome
+
     mechanism = _mechanism()
-    profile = {"pass": 10, "argument_mismatch": 6, "missing_tool_call": 5, "infrastructure_error": 3}
+    outcomes = ([Outcome("a", i, 0.0, ["argument_mismatch"], ["state_mismatch"]) for i in range(9)]
+                + [Outcome("b", i, 1.0, ["pass"], ["pass"]) for i in range(9)]
+                + [Outcome("c", 0, 0.0, ["infrastructure_error"], ["infrastructure_error"], infrastructure_error=True)])
+    profile = mechanism.outcomes_profile(outcomes)
+    assert profile.tags["state_mismatch"].count == 9 and "infrastructure_error" not in profile.labels
     arms = mechanism.arm_interfaces(profile, mechanism.ARMS)
     evolved = arms["evolved"]
-    assert evolved != InterfaceState() and not evolved.is_original
-    assert evolved.schema_cues and evolved.error_hints and "missing_tool_call" in evolved.guidelines
-    assert arms["schema_cues"].schema_cues and not (arms["schema_cues"].error_hints or arms["schema_cues"].guidelines)
-    assert arms["error_hints"].error_hints and not (arms["error_hints"].schema_cues or arms["error_hints"].guidelines)
+    assert evolved.schema_cues and not evolved.error_hints and evolved.guidelines == ("state_mismatch",)
+    assert arms["schema_cues"].schema_cues and not arms["schema_cues"].guidelines
+    assert "error_hints" not in arms  # the default gate never turns them on (the reference's main config)
     assert arms["guidelines"].guidelines == evolved.guidelines and not arms["guidelines"].schema_cues
-    assert mechanism.arm_interfaces({"pass": 20}, mechanism.ARMS) == {}  # nothing failed: nothing evolves
+    only_passes = mechanism.arm_interfaces(mechanism.outcomes_profile(outcomes[9:18]), mechanism.ARMS)
+    assert only_passes["evolved"].guidelines == ()  # nothing failed: no guideline, only the schema cues
 
 
 def test_mechanism_summary_counts_groups_with_an_advantage():
@@ -93,3 +99,18 @@ def test_mechanism_summary_counts_groups_with_an_advantage():
     summary = mechanism.arm_summary(outcomes, samples=2)
     assert summary["success_rate"] == 0.25 and summary["nonzero_advantage_groups"] == 0.5
     assert summary["turn_pass_rate"] == pytest.approx(1 / 3)
+
+
+def test_mechanism_weight_table_per_label_and_tag():
+    from seal_envs.evaluation.batched import Outcome
+
+    mechanism = _mechanism()
+    outcomes = [Outcome("a", 0, 1.0, ["pass"], ["pass"]),
+                Outcome("a", 1, 0.0, ["missing_tool_call"], ["empty_turn_model_response"]),
+                Outcome("b", 0, 0.0, ["spurious_tool_call"], ["spurious_tool_call"]),
+                Outcome("b", 1, 0.0, ["spurious_tool_call"], ["spurious_tool_call"])]
+    table = mechanism.weight_table(outcomes)
+    assert table["tags"]["empty_turn_model_response"]["w_fixed"] == 1.5
+    assert table["labels"]["spurious_tool_call"] == {**table["labels"]["spurious_tool_call"], "rollouts": 2,
+                                                     "with_gradient": 0, "w_fixed": 2.0, "w_fixed_grad": None}
+    assert table["labels"]["pass"]["with_gradient"] == 1

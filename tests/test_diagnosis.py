@@ -1,4 +1,4 @@
-"""One test per label, each from a real executed trace through the env (not hand-built evidence)."""
+"""One test per label and tag, each from a real executed trace through the env (not hand-built evidence)."""
 
 from __future__ import annotations
 
@@ -37,29 +37,83 @@ def run_turn(env, task_id, *actions, earlier_turns=()):
 DEPOSIT_OK = (call("deposit", account="alice", amount=5), "Done.")
 
 
-@pytest.mark.parametrize("label, task_id, earlier, actions", [
-    ("pass", "deposit-then-ask", (), DEPOSIT_OK),
-    ("invalid_tool_call", "deposit-then-ask", (), ("<tool_call>{not json</tool_call>",)),  # no call: the turn ends
-    ("invalid_tool_call", "deposit-then-ask", (), (call("withdraw", account="alice", amount=5), "Done.")),
-    ("argument_mismatch", "deposit-then-ask", (), (call("deposit", account="alice", amount="5"), "Done.")),
-    ("argument_mismatch", "deposit-then-ask", (), (call("deposit", account="alice"), "Done.")),
-    ("state_mismatch", "deposit-then-ask", (), (call("set_mode", mode="fast"), "Done.")),
-    ("instance_mismatch", "deposit-then-ask", (), (call("deposit", account="bob", amount=5), "Done.")),
-    ("missing_tool_call", "deposit-then-ask", (), ("Sure, deposited.",)),
-    ("missing_tool_call", "deposit-then-ask", (DEPOSIT_OK,), ("It is 15.",)),
-    ("recovery_failure", "deposit-then-ask", (DEPOSIT_OK,), (call("get_balance", account="zed"), "It is 15.")),
-    ("response_mismatch", "deposit-then-ask", (DEPOSIT_OK,), (call("get_balance", account="alice"), "No idea.")),
-    ("pass", "deposit-then-ask", (DEPOSIT_OK,), (call("get_balance", account="alice"), "Alice has 15.")),
-    ("empty_turn_model_response", "deposit-then-ask", (), ("",)),
-    ("spurious_tool_call", "withheld-transfer", (), (call("deposit", account="bob", amount=3), "Done.")),
-    ("spurious_tool_call", "withheld-transfer", (), (call("transfer", source="alice", target="bob", amount=3), "Done.")),
-    ("correct_abstention", "withheld-transfer", (), ("I cannot move money with the tools I have.",)),
-    ("pass", "withheld-transfer", (("I can't.",),), (call("transfer", source="alice", target="bob", amount=3), "Moved.")),
-])
-def test_label_from_executed_trace(env, label, task_id, earlier, actions):
+# label (ours), tag (the reference's rules), task, earlier turns, this turn's actions
+CASES = [
+    ("pass", "pass", "deposit-then-ask", (), DEPOSIT_OK),
+    # no call decoded: the reference tags it empty_turn_model_response (rho 1.5), whatever the text
+    ("invalid_tool_call", "empty_turn_model_response", "deposit-then-ask", (), ("<tool_call>{not json</tool_call>", "Ok.")),
+    ("invalid_tool_call", "state_mismatch", "deposit-then-ask", (), (call("withdraw", account="alice", amount=5), "Done.")),
+    ("argument_mismatch", "state_mismatch", "deposit-then-ask", (), (call("deposit", account="alice", amount="5"), "Done.")),
+    ("argument_mismatch", "state_mismatch", "deposit-then-ask", (), (call("deposit", account="alice"), "Done.")),
+    ("state_mismatch", "state_mismatch", "deposit-then-ask", (), (call("set_mode", mode="fast"), "Done.")),
+    ("state_mismatch", "state_mismatch", "deposit-then-ask", (), (call("deposit", account="bob", amount=5), "Done.")),
+    # the call ran on another backend class (AuditLog) than the ground truth's (LedgerAPI)
+    ("instance_mismatch", "instance_mismatch", "deposit-then-ask", (), (call("add_note", text="deposit 5"), "Done.")),
+    ("missing_tool_call", "empty_turn_model_response", "deposit-then-ask", (), ("Sure, deposited.",)),
+    ("missing_tool_call", "empty_turn_model_response", "deposit-then-ask", (DEPOSIT_OK,), ("It is 15.",)),
+    ("recovery_failure", "response_mismatch", "deposit-then-ask", (DEPOSIT_OK,),
+     (call("get_balance", account="zed"), "It is 15.")),
+    ("response_mismatch", "response_mismatch", "deposit-then-ask", (DEPOSIT_OK,),
+     (call("get_balance", account="alice"), "No idea.")),
+    ("pass", "pass", "deposit-then-ask", (DEPOSIT_OK,), (call("get_balance", account="alice"), "Alice has 15.")),
+    ("empty_turn_model_response", "empty_turn_model_response", "deposit-then-ask", (), ("",)),
+    ("spurious_tool_call", "spurious_tool_call", "withheld-transfer", (), (call("deposit", account="bob", amount=3), "Done.")),
+    ("spurious_tool_call", "spurious_tool_call", "withheld-transfer", (),
+     (call("transfer", source="alice", target="bob", amount=3), "Done.")),
+    # a malformed block on an abstention turn: an attempted call for us; the reference decodes nothing there
+    ("spurious_tool_call", "correct_abstention", "withheld-transfer", (), ("<tool_call>{not json</tool_call>", "Ok.")),
+    ("correct_abstention", "correct_abstention", "withheld-transfer", (), ("I cannot move money with the tools I have.",)),
+    # an empty answer is no abstention: the turn fails and says why; the reference's tag counts no decoded call
+    ("empty_turn_model_response", "correct_abstention", "withheld-transfer", (), ("",)),
+    ("pass", "pass", "withheld-transfer", (("I can't.",),), (call("transfer", source="alice", target="bob", amount=3), "Moved.")),
+]
+
+
+@pytest.mark.parametrize("label, tag, task_id, earlier, actions", CASES)
+def test_label_and_tag_from_executed_trace(env, label, tag, task_id, earlier, actions):
     info = run_turn(env, task_id, *actions, earlier_turns=earlier)
-    assert info["label"] == label, info["diagnosis"]
-    assert info["diagnosis"]["label"] == label and info["diagnosis"]["reason"]
+    assert (info["label"], info["tag"]) == (label, tag), info["diagnosis"]
+    assert info["diagnosis"]["label"] == label and info["diagnosis"]["tag"] == tag and info["diagnosis"]["reason"]
+    verdict_passed = info["verdicts"][-1] if "verdicts" in info else None
+    if label in ("pass", "correct_abstention") and verdict_passed is not None:
+        assert verdict_passed
+
+
+def test_an_empty_answer_on_an_abstention_turn_fails_the_turn(env):
+    env.reset(seed=0, options={"task_id": "withheld-transfer"})
+    env.step("")
+    env.step(call("transfer", source="alice", target="bob", amount=3))
+    _, reward, terminated, _, info = env.step("Moved.")
+    assert terminated and reward == 0.0 and info["verdicts"] == [False, True]
+    assert info["labels"] == ["empty_turn_model_response", "pass"]
+
+
+def test_argument_mismatch_names_the_argument_and_the_rule(env):
+    info = run_turn(env, "deposit-then-ask", call("deposit", account="alice", amount="5"), "Done.")
+    assert "'amount' has the wrong type" in info["diagnosis"]["reason"]
+
+
+def test_a_step_cap_pads_the_turns_never_reached(backend):
+    env = ToolUseEnv(domain=LEDGER, sandbox=backend, max_steps_per_turn=2)
+    env.reset(seed=0, options={"task_id": "deposit-then-ask"})
+    env.step(call("get_balance", account="alice"))
+    _, reward, terminated, _, info = env.step(call("get_balance", account="alice"))
+    env.close()
+    assert terminated and reward == 0.0
+    assert info["labels"] == ["state_mismatch", "not_reached"]
+    assert info["tags"] == ["state_mismatch", "empty_turn_model_response"]  # the reference's padding
+
+
+def test_truncate_judges_the_turn_in_progress_and_pads_the_rest(env):
+    env.reset(seed=0, options={"task_id": "withheld-transfer"})
+    env.step("I can't.")
+    env.step(call("transfer", source="alice", target="bob", amount=3))  # turn 2 in progress, its call ran
+    info = env.truncate("budget")
+    assert info["truncated"] and info["labels"] == ["correct_abstention", "pass"] and info["verdicts"] == [True, True]
+    env.reset(seed=0, options={"task_id": "withheld-transfer"})
+    info = env.truncate("budget")
+    assert info["labels"] == ["empty_turn_model_response", "not_reached"]
+    assert info["tags"] == ["correct_abstention", "empty_turn_model_response"]
 
 
 def test_recovered_error_still_passes(env):

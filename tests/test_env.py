@@ -10,6 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from seal_envs.env import ToolUseEnv
+from seal_envs.interface import GUIDELINES, EvolutionConfig, InterfaceState
 from seal_envs.parsing import format_tool_call
 from seal_envs.task import ToolCall
 
@@ -80,7 +81,7 @@ def test_step_cap_force_quits_the_episode():
     infos = [s[4] for s in steps]
     assert [i["turn_ended"] for i in infos] == [False, False, True] and [s[2] for s in steps] == [False, False, True]
     assert infos[-1]["diagnosis"]["evidence"]["step_cap_hit"] and infos[-1]["turn"] == 0 and infos[-1]["force_quit"]
-    assert steps[-1][1] == 0.0 and infos[-1]["labels"] == [infos[-1]["label"]]
+    assert steps[-1][1] == 0.0 and infos[-1]["labels"] == [infos[-1]["label"], "not_reached"]  # the rest padded
 
 
 @pytest.mark.parametrize("action", [
@@ -134,9 +135,10 @@ def test_eval_observations_identical_after_any_mutation():
 
 
 def test_training_interface_shows_cues_from_the_next_reset():
-    env = ToolUseEnv(domain=LEDGER, sandbox="inprocess")
+    env = ToolUseEnv(domain=LEDGER, sandbox="inprocess",
+                     interface=InterfaceState(config=EvolutionConfig(error_hints="on_failure")))
     env.reset(options={"task_id": TASK})
-    state = env.mutate({"argument_mismatch": 4, "missing_tool_call": 4})
+    state = env.mutate({"argument_mismatch": 8, "missing_tool_call": 4})
     assert state.schema_cues and state.error_hints and env.interface == state
     obs, info = env.reset(options={"task_id": TASK})
     assert obs[0]["role"] == "system" and "[required]" in json.dumps(info["tools"])
@@ -146,8 +148,7 @@ def test_training_interface_shows_cues_from_the_next_reset():
 
 def test_hints_never_reveal_ground_truth_values():
     env = ToolUseEnv(domain=LEDGER, sandbox="inprocess")
-    env.mutate({"argument_mismatch": 1, "invalid_tool_call": 1, "recovery_failure": 1,
-                "state_mismatch": 1, "instance_mismatch": 1, "response_mismatch": 1})
+    env.mutate(InterfaceState(schema_cues=True, error_hints=True, guidelines=tuple(t.value for t in GUIDELINES)))
     env.reset(options={"task_id": TASK})
     wrong = [format_tool_call(ToolCall("deposit", {"account": "zoe", "amount": "lots"})),
              format_tool_call(ToolCall("deposit", {"amount": 1})), "<tool_call>nope</tool_call>",
@@ -159,6 +160,20 @@ def test_hints_never_reveal_ground_truth_values():
     text += json.dumps(env.reset(options={"task_id": TASK})[0])
     for secret in ('"alice", "amount": 5', "15", '"amount": 5'):
         assert secret not in text
+
+
+def test_a_malformed_call_is_answered_alike_with_and_without_hints():
+    """The protocol decides how a malformed call is answered; the error-hint cue only adds text."""
+    observations = []
+    for interface in (None, InterfaceState(error_hints=True)):
+        env = ToolUseEnv(domain=LEDGER, sandbox="inprocess", interface=interface)
+        env.reset(options={"task_id": TASK})
+        obs, _, _, _, info = env.step("<tool_call>nope</tool_call>")
+        assert not info["turn_ended"] and obs[0]["role"] == "tool" and "ParseError" in obs[0]["content"]
+        observations.append(obs[0]["content"])
+        env.close()
+    plain, hinted = observations
+    assert "Hint" not in plain and hinted.startswith(plain) and "Hint (parse error)" in hinted
 
 
 def test_many_envs_step_concurrently(backend):

@@ -1,8 +1,10 @@
 """The evolvable interface: cue selection by failure type, rendering, serialisation."""
 
-from seal_envs.diagnosis import CallRecord, Label
+import pytest
+
+from seal_envs.diagnosis import CallRecord, Label, Tag
 from seal_envs.interface import (
-    GUIDELINES, SCHEMA_INSTRUCTION, EvolutionConfig, InterfaceState, evolve, failure_profile,
+    GUIDELINES, SCHEMA_INSTRUCTION, EvolutionConfig, FailureProfile, InterfaceState, evolve, failure_profile,
     render_error_hint, render_system_prompt, render_tool,
 )
 from seal_envs.spec.loader import ToolSpec
@@ -24,37 +26,72 @@ def test_original_interface_renders_the_spec_unchanged():
     assert render_error_hint(CallRecord(1, "execution_error", ToolCall("checkout", {})), ["checkout"], state) is None
 
 
-def test_schema_failures_turn_on_schema_cues_and_error_hints():
-    state = evolve(InterfaceState(), {"argument_mismatch": 5, "pass": 15})
-    assert state.schema_cues and state.error_hints and state.guidelines == () and state.version == 1
+def test_training_starts_with_the_schema_cues_of_the_reference_main_config():
+    state = InterfaceState.initial()
+    assert state.schema_cues and not state.error_hints and state.guidelines == ()
     props = render_tool(TOOL, state)["function"]["parameters"]["properties"]
     assert props["speed"]["description"] == "[required] Shipping speed. Allowed values: standard, express."
     assert props["note"]["description"] == ""
     assert SCHEMA_INSTRUCTION in render_system_prompt(None, state)
     assert TOOL.parameters["properties"]["speed"]["description"] == "Shipping speed."  # the spec is untouched
+    assert evolve(state, {}).schema_cues  # "always": whatever the profile
+    assert not InterfaceState.initial(EvolutionConfig(schema_cues="never")).schema_cues
 
 
-def test_guidelines_follow_the_dominant_behavioural_failures():
-    state = evolve(InterfaceState(), {"spurious_tool_call": 6, "state_mismatch": 3, "response_mismatch": 1, "pass": 50})
-    assert state.guidelines == ("spurious_tool_call", "state_mismatch")  # max_guidelines=2, by share
-    assert not state.schema_cues and not state.error_hints
+def rollouts(*groups):
+    """(tag, turns, reward) groups -> one rollout per turn, so that each tag's mean reward is its reward."""
+    return FailureProfile.from_rollouts(([], [tag], reward) for tag, turns, reward in groups for _ in range(turns))
+
+
+def test_guidelines_are_gated_as_the_reference_gates_them():
+    profile = rollouts(("pass", 200, 1.0), ("correct_abstention", 50, 1.0),  # not failures: not in the shares
+                       ("state_mismatch", 12, 0.0),      # share .24, pressure .24
+                       ("spurious_tool_call", 10, 0.2),  # share .20, pressure .16
+                       ("instance_mismatch", 9, 0.0),    # share .18, pressure .18
+                       ("response_mismatch", 8, 0.1),    # share .16, pressure .144: a 4th line, cut by max 3
+                       ("empty_turn_model_response", 7, 0.0),  # share .14 but count 7 < 8
+                       ("gt_error", 40, 0.0))            # the task's fault: never counted
+    state = evolve(InterfaceState(), profile)
+    assert state.guidelines == ("state_mismatch", "instance_mismatch", "spurious_tool_call")
     prompt = render_system_prompt("Base.", state)
-    assert GUIDELINES[Label.SPURIOUS_TOOL_CALL] in prompt and GUIDELINES[Label.STATE_MISMATCH] in prompt
-    assert GUIDELINES[Label.RESPONSE_MISMATCH] not in prompt
+    assert all(GUIDELINES[Tag(t)] in prompt for t in state.guidelines)
+    assert GUIDELINES[Tag.RESPONSE_MISMATCH] not in prompt
+    solved = evolve(InterfaceState(), rollouts(("state_mismatch", 20, 0.75), ("spurious_tool_call", 20, 0.0)))
+    assert solved.guidelines == ("spurious_tool_call",)  # mean reward 0.75 is not < 0.6
+    rare = evolve(InterfaceState(), rollouts(("state_mismatch", 8, 0.0), ("spurious_tool_call", 80, 0.0)))
+    assert rare.guidelines == ("spurious_tool_call",)  # share 8/88 < 0.10
+
+
+def test_thresholds_are_configurable():
+    profile = rollouts(("state_mismatch", 3, 0.0), ("response_mismatch", 2, 0.5))
+    assert evolve(InterfaceState(), profile).guidelines == ()  # counts under 8
+    loose = InterfaceState(config=EvolutionConfig(min_count=2, max_guidelines=1, max_reward=1.0))
+    assert evolve(loose, profile).guidelines == ("state_mismatch",)
+
+
+def test_error_hints_on_failure_of_the_error_labels():
+    config = EvolutionConfig(error_hints="on_failure", schema_cues="on_failure")
+    state = evolve(InterfaceState(config=config), {"argument_mismatch": 8, "state_mismatch": 2, "pass": 30})
+    assert state.error_hints and state.schema_cues
+    assert not evolve(InterfaceState(config=config), {"argument_mismatch": 7, "pass": 30}).error_hints  # count < 8
+    with pytest.raises(ValueError, match="error_hints"):
+        EvolutionConfig(error_hints="sometimes")
 
 
 def test_non_agent_faults_are_left_out_of_the_profile():
-    assert failure_profile(["infrastructure_error", "task_error", Label.PASS]) == {"pass": 1}
-    assert evolve(InterfaceState(), {"infrastructure_error": 100}).is_original
+    profile = failure_profile(["infrastructure_error", "task_error", Label.PASS])
+    assert profile.counts() == {"pass": 1}
+    assert evolve(InterfaceState(), {"infrastructure_error": 100}).guidelines == ()
 
 
-def test_rare_failures_below_threshold_do_not_switch_cues():
-    state = evolve(InterfaceState(config=EvolutionConfig(min_share=0.2)), {"argument_mismatch": 1, "pass": 9})
-    assert state.is_original and state.version == 1
+def test_unknown_names_are_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown label or tag 'spurious'; valid: .*spurious_tool_call"):
+        failure_profile({"spurious": 3})
 
 
 def test_state_round_trips_through_json():
-    state = evolve(InterfaceState(), {"missing_tool_call": 2, "argument_mismatch": 1})
+    state = evolve(InterfaceState.initial(), rollouts(("state_mismatch", 9, 0.0), ("pass", 3, 1.0)))
+    assert state.guidelines == ("state_mismatch",)
     assert InterfaceState.from_json(state.dumps()) == state
     assert InterfaceState.from_json(state.to_json()) == state
 

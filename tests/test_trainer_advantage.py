@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from seal_trainer.advantage import (
-    FIXED_RHO, DynamicRho, ReweightConfig, Reweighter, informative_groups, label_shares, seal_grpo_advantage,
-    trajectory_weight,
+    FIXED_RHO, DynamicRho, ReweightConfig, Reweighter, in_informative_group, informative_groups, label_shares,
+    seal_grpo_advantage, trajectory_weight, weight_metrics,
 )
 
 
@@ -25,9 +25,9 @@ def test_fixed_rho_paper_values():
     (["instance_mismatch"], 0.6),
     (["instance_mismatch", "instance_mismatch", "instance_mismatch", "response_mismatch"], 0.675),  # .75*.6+.25*.9
     (["spurious_tool_call", "empty_turn_model_response"], 1.75),  # (2.0 + 1.5) / 2
-    (["argument_mismatch", "response_mismatch"], 0.95),          # other labels: rho 1.0
-    (["infrastructure_error"], 1.0),                             # excluded -> no labels -> 1
-    (["task_error", "spurious_tool_call"], 2.0),                 # excluded label left out of p_j
+    (["checker_error", "response_mismatch"], 0.9),               # excluded tag left out of p_j
+    (["infrastructure_error"], 1.0),                             # excluded -> no tags -> 1
+    (["gt_error", "spurious_tool_call"], 2.0),                   # the task's fault left out of p_j
 ])
 def test_weight_hand_computed(labels, expected):
     assert trajectory_weight(labels) == pytest.approx(expected)
@@ -76,7 +76,7 @@ def test_infrastructure_samples_masked_from_group():
 
 def test_sign_and_ranking_preserved():
     gen = torch.Generator().manual_seed(0)
-    labels_pool = list(FIXED_RHO) + ["argument_mismatch", "invalid_tool_call", "recovery_failure"]
+    labels_pool = list(FIXED_RHO) + ["gt_error", "infrastructure_error"]
     rng = np.random.default_rng(0)
     for _ in range(50):
         n = 8
@@ -84,7 +84,7 @@ def test_sign_and_ranking_preserved():
         mask = torch.ones(n, 5)
         index = [i // 4 for i in range(n)]
         labels = [list(rng.choice(labels_pool, size=rng.integers(0, 4))) for _ in range(n)]
-        w = Reweighter().weights(labels)
+        w = Reweighter(ReweightConfig(rho="fixed")).weights(labels)
         assert (w >= 0.5).all() and (w <= 2.0).all()
         base, _ = seal_grpo_advantage(rewards, mask, index)
         weighted, _ = seal_grpo_advantage(rewards, mask, index, weights=w)
@@ -105,31 +105,96 @@ def test_nonpositive_weights_rejected():
 
 def test_reweighting_off_gives_ones():
     rw = Reweighter(ReweightConfig(enable=False))
-    assert (rw.weights([["spurious_tool_call"], []]) == 1.0).all()
+    assert (rw.weights([["spurious_tool_call"], []], [0.0, 1.0]) == 1.0).all()
 
 
-def test_dynamic_rho_ema_hand_computed():
-    d = DynamicRho(confidence_count=32)
-    # 4 turns: 2 spurious_tool_call (trajectory reward 0), 2 pass (trajectory reward 1)
-    d.update([["spurious_tool_call", "spurious_tool_call"], ["pass", "pass"]], [0.0, 1.0])
-    # spurious: prevalence .5, mean reward 0, confidence 2/32 -> target 2.0*(1+.5*1*(1/16)) clipped to 2.0
-    assert d.get("spurious_tool_call") == pytest.approx(2.0)
-    # pass: mean reward 1 -> target = base 1.0 -> EMA stays 1.0
-    assert d.get("pass") == pytest.approx(1.0)
-    d2 = DynamicRho()
-    d2.update([["state_mismatch"] * 32], [0.0])  # prevalence 1, confidence 1 -> target 1*(1+1)=2.0
-    assert d2.get("state_mismatch") == pytest.approx(0.75 * 1.0 + 0.25 * 2.0)
-    d3 = DynamicRho.from_json(d2.to_json())
-    assert d3.get("state_mismatch") == pytest.approx(d2.get("state_mismatch"))
+# A: tags [state, state, pass], reward 0; B: [state, response], reward 1. Window: state 3 turns (reward sum 1),
+# pass 1 (0), response 1 (1); 5 turns. With confidence_count 4: state's prevalence .6, mean reward 1/3,
+# confidence .75 -- all strictly between 0 and 1.
+BATCH = ([["state_mismatch", "state_mismatch", "pass"], ["state_mismatch", "response_mismatch"]], [0.0, 1.0])
 
 
-def test_registered_estimator_reachable_from_verl():
+def test_dynamic_rho_hand_computed_with_prevalence_and_confidence_inside_0_1():
+    d = DynamicRho(confidence_count=4)
+    d.update(*BATCH)
+    target = 1.0 * (1 + 1.0 * 0.6 * (1 - 1 / 3) * 0.75)  # 1.3
+    assert d.get("state_mismatch") == pytest.approx(0.75 * 1.0 + 0.25 * target)  # 1.075
+    assert d.get("response_mismatch") == pytest.approx(0.9)  # mean reward 1: target = base
+    assert d.get("pass") == pytest.approx(1.0)  # pass targets its base
+    assert d.get("spurious_tool_call") == pytest.approx(2.0)  # absent: prevalence 0, target = base
+    d.update(*BATCH)  # the window now holds both batches: state 6 of 10 turns, confidence min(1, 6/4) = 1
+    assert d.get("state_mismatch") == pytest.approx(0.75 * 1.075 + 0.25 * (1 + 0.6 * (2 / 3)))  # 1.15625
+
+
+def test_dynamic_rho_moves_every_known_tag_and_decays_absent_ones_to_base():
+    d = DynamicRho(base={**FIXED_RHO}, confidence_count=4, current={"state_mismatch": 1.5, "instance_mismatch": 1.2})
+    d.update([["pass", "pass"]], [1.0])  # state and instance absent from the window: prevalence 0
+    assert d.get("state_mismatch") == pytest.approx(0.75 * 1.5 + 0.25 * 1.0)
+    assert d.get("instance_mismatch") == pytest.approx(0.75 * 1.2 + 0.25 * 0.6)
+
+
+def test_a_new_epoch_starts_a_new_window():
+    rw = Reweighter(ReweightConfig(rho="dynamic", confidence_count=4))
+    rw.weights(*BATCH, epoch=0)
+    rw.weights(*BATCH, epoch=0)
+    assert rw.rho["state_mismatch"] == pytest.approx(1.15625)
+    rw.weights([["pass"]], [1.0], epoch=1)  # window reset: state absent -> decays towards base 1.0
+    assert rw.rho["state_mismatch"] == pytest.approx(0.75 * 1.15625 + 0.25 * 1.0)
+    assert sum(rw.dynamic.window.count.values()) == 1
+
+
+def test_clip_bounds_from_the_config_reach_dynamic_rho_and_weights():
+    rw = Reweighter(ReweightConfig(rho="dynamic", confidence_count=4, w_max=1.2))
+    w = rw.weights(*BATCH, epoch=0)
+    assert rw.rho["state_mismatch"] == pytest.approx(0.75 * 1.0 + 0.25 * 1.2)  # target 1.3 clipped to 1.2
+    assert rw.rho["spurious_tool_call"] == pytest.approx(0.75 * 2.0 + 0.25 * 1.2)  # base 2.0 clipped too
+    assert w[0] == pytest.approx((2 * 1.05 + 1.0) / 3)
+
+
+def test_dynamic_is_the_default_and_state_round_trips():
+    rw = Reweighter()
+    assert rw.config.rho == "dynamic"
+    rw.weights(*BATCH, epoch=3)
+    again = Reweighter()
+    again.load_state(rw.state())
+    assert again.rho == rw.rho and again.epoch == 3 and again.dynamic.window == rw.dynamic.window
+
+
+def test_config_refuses_unknown_tags_and_modes():
+    with pytest.raises(ValueError, match=r"unknown tag in seal.reweighting.rho_overrides 'spurious'; valid: .*"
+                                         r"spurious_tool_call"):
+        ReweightConfig(rho_overrides={"spurious": 1.0})
+    with pytest.raises(ValueError, match="'fixed' or 'dynamic'"):
+        ReweightConfig(rho="adaptive")
+
+
+def test_registered_estimator_refuses_to_silently_train_plain_grpo():
     import verl  # noqa: F401  (loads the plugin)
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     fn = get_adv_estimator_fn("seal_grpo")
-    adv, _ = fn(token_level_rewards=_rewards([1.0, 0.0]), response_mask=torch.ones(2, 5), index=np.array([0, 0]))
-    assert adv[0, 0] > 0 > adv[1, 0]
+    with pytest.raises(RuntimeError, match="trainer_mode=seal_sync"):
+        fn(token_level_rewards=_rewards([1.0, 0.0]), response_mask=torch.ones(2, 5), index=np.array([0, 0]))
+
+
+def test_weight_metrics_separate_rollouts_with_gradient_from_all():
+    weights = np.array([2.0, 0.5, 1.5, 1.0])
+    tags = [["spurious_tool_call"], ["instance_mismatch"], ["empty_turn_model_response"], ["pass"]]
+    valid = np.array([True, True, True, False])
+    grad = np.array([True, False, False, True])
+    m = weight_metrics(weights, tags, valid, grad)
+    assert m["seal/w_all/n"] == 3 and m["seal/w_all/mean"] == pytest.approx(4 / 3)
+    assert m["seal/w_grad/n"] == 1 and m["seal/w_grad/mean"] == 2.0 and m["seal/w_grad/share_above_1"] == 1.0
+    assert m["seal/w_all/share_below_1"] == pytest.approx(1 / 3)
+    assert m["seal/w_all/tag/instance_mismatch"] == 0.5 and "seal/w_grad/tag/instance_mismatch" not in m
+    assert "seal/w_all/tag/pass" not in m  # the only pass rollout is not valid
+
+
+def test_in_informative_group_marks_the_rollouts_grpo_gives_an_advantage():
+    uids = ["a", "a", "b", "b"]
+    assert in_informative_group(uids, [1.0, 0.0, 1.0, 1.0], [True] * 4).tolist() == [True, True, False, False]
+    assert in_informative_group(uids, [1.0, 0.0, 1.0, 0.0], [True, False, True, True]).tolist() == [
+        False, False, True, True]
 
 
 def test_informative_groups_count_groups_whose_valid_rewards_differ():

@@ -105,6 +105,7 @@ class BFCLProtocol(Protocol):
 
     name = "bfcl"
     decodes = "hermes"  # BFCL's own Hermes/Qwen handler, so that scores stay BFCL-exact
+    answers_malformed_calls = False  # BFCL's inference loop ends the turn on a message it cannot decode
 
     def decode(self, action: str, limits: ParseLimits, tool_format: ToolFormat) -> ParsedAction:
         return decode(action, limits)

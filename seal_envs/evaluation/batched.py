@@ -43,12 +43,13 @@ class Limits:
 
 @dataclass
 class Outcome:
-    """What one episode produced: the env's reward and turn labels, and the actions that led there."""
+    """What one episode produced: the env's reward, turn labels and tags, and the actions that led there."""
 
     task_id: str
     sample: int
     reward: float = 0.0
     labels: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     truncated: bool = False
     infrastructure_error: bool = False
@@ -106,7 +107,7 @@ def play_episodes(make_env: Callable[[], ToolUseEnv], jobs: Sequence[Job], token
                 ids = chat_prompt_ids(tokenizer, episode.messages, episode.tools)
                 budget = limits.response_budget - (len(ids) - episode.first_prompt)
                 if budget <= 0 or len(episode.outcome.actions) >= limits.max_assistant_turns:
-                    episode.outcome.truncated = True
+                    _truncate(episode)
                     finish(index, episode)
                     continue
                 prompts.append(ids)
@@ -145,7 +146,7 @@ def _step(episode: _Live, text: str, finished: bool) -> bool:
     outcome = episode.outcome
     outcome.actions.append(text)
     observation, reward, terminated, truncated, info = episode.env.step(text)
-    outcome.labels = list(info.get("labels", outcome.labels))
+    outcome.labels, outcome.tags = list(info.get("labels", outcome.labels)), list(info.get("tags", outcome.tags))
     if info.get("infrastructure_error") or info.get("task_error"):
         outcome.infrastructure_error = bool(info.get("infrastructure_error"))
         outcome.task_error = bool(info.get("task_error"))
@@ -154,11 +155,18 @@ def _step(episode: _Live, text: str, finished: bool) -> bool:
         outcome.reward, outcome.truncated = float(reward), bool(truncated and not terminated)
         return True
     if not finished:  # the message hit its token cap: training ends the episode here
-        outcome.truncated = True
+        _truncate(episode)
         return True
     episode.messages += [{"role": "assistant", "content": text}, *[dict(m) for m in observation]]
     episode.tools = list(info.get("tools", episode.tools))
     return False
+
+
+def _truncate(episode: _Live) -> None:
+    """End a live episode as training does: the env judges the turn in progress and pads the rest."""
+    info = episode.env.truncate("the response budget or message cap ran out")
+    episode.outcome.truncated = True
+    episode.outcome.labels, episode.outcome.tags = list(info["labels"]), list(info["tags"])
 
 
 __all__ = ["Job", "Limits", "Outcome", "play_episodes"]
