@@ -126,14 +126,20 @@ def seal_config_from(cfg: Any) -> SealConfig:
         section = doc.get(key.split(".")[1]) or {}
         if "domain" in section:
             raise ValueError(replaced_domain_key_error(key, section["domain"]))
-    rw = ReweightConfig(**(doc.pop("reweighting", None) or {}))
-    env = EnvDefaults(**(doc.pop("env", None) or {}))
-    warm = WarmStartConfig(**(doc.pop("warm_start", None) or {}))
-    dataset = DatasetConfig(**(doc.pop("dataset", None) or {}))
-    interface = EvolutionConfig(**(doc.pop("interface", None) or {}))
-    known = {f for f in SealConfig.__dataclass_fields__}
-    return SealConfig(reweighting=rw, env=env, warm_start=warm, dataset=dataset, interface=interface,
-                      **{k: v for k, v in doc.items() if k in known})
+    sections = {name: _section(cls, doc.pop(name, None), f"seal.{name}") for name, cls in (
+        ("reweighting", ReweightConfig), ("env", EnvDefaults), ("warm_start", WarmStartConfig),
+        ("dataset", DatasetConfig), ("interface", EvolutionConfig))}
+    return _section(SealConfig, {**doc, **sections}, "seal")
+
+
+def _section(cls: type, doc: dict[str, Any] | None, where: str) -> Any:
+    """``cls(**doc)``, with a key the dataclass does not have reported by name (a typo must not be ignored)."""
+    doc = dict(doc or {})
+    unknown = sorted(set(doc) - set(cls.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"unknown key {', '.join(f'{where}.{k}' for k in unknown)}; valid: "
+                         f"{', '.join(sorted(cls.__dataclass_fields__))}")
+    return cls(**doc)
 
 
 __all__ = ["ABLATIONS", "REPLACED_DOMAIN_KEYS", "DatasetConfig", "EnvDefaults", "SealConfig",

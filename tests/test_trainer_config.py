@@ -56,3 +56,23 @@ def test_final_policy_is_the_last_checkpoint_with_weights(tmp_path):
     assert final_policy(tmp_path) is None  # config and tokenizer only: no weights were asked for
     (folder / "model.safetensors").write_bytes(b"")
     assert final_policy(tmp_path) == folder
+
+
+@pytest.mark.parametrize("seal, message", [
+    ({"ablaton": "full"}, r"unknown key seal\.ablaton; valid: ablation,"),
+    ({"interface": {"min_cnt": 4}}, r"unknown key seal\.interface\.min_cnt; valid: .*min_count"),
+    ({"reweighting": {"rho_overrides": {"spurious": 2.0}}}, r"unknown tag .* 'spurious'; valid: .*spurious_tool_call"),
+    ({"reweighting": {"rho": "ema"}}, r"'fixed' or 'dynamic'"),
+])
+def test_unknown_keys_and_names_are_errors_that_name_them(seal, message):
+    with pytest.raises(ValueError, match=message):
+        seal_config_from({"seal": seal})
+
+
+def test_the_seal_arm_is_the_references_full_seal_and_fixed_rho_its_ablation():
+    full = seal_config_from(compose(cpu=True))
+    assert full.resolved() == {"interface_evolution": True, "closed_loop_update": True, "reweighting": True}
+    assert full.reweighting.rho == "dynamic" and full.interface.schema_cues == "always" and full.profile_window == 0
+    fixed = seal_config_from({"seal": {"ablation": "fixed_rho"}})
+    assert fixed.resolved()["reweighting"] and fixed.reweighting.rho == "fixed"
+    assert seal_config_from({"seal": {"ablation": "full"}}).reweighting.rho == "dynamic"
