@@ -5,10 +5,11 @@ are parsed, checked against the schema, executed in the task's sandbox, and thei
 next observation. An answer without a tool call ends the user turn; the turn is verified against the
 ground-truth replay and labelled; the next user turn follows. The reward is the verifier's 0/1 at the end.
 
-Turn rules (BFCL's, for every domain and mode): a message without a decodable call ends the turn, even when it
-held a malformed one; only the error-hint cue of a training interface keeps the turn open then, with a hint. A
-turn that reaches ``max_steps_per_turn`` tool-calling steps is force-quit: the episode ends, and fails unless that
-was its last turn. How actions are decoded, which functions a call can reach and how results are worded is the
+Turn rules (the same in every mode, whatever the interface): a message with a malformed call block is answered
+with a parse error and keeps the turn open under SEAL's own protocol, and ends the turn under BFCL's (as BFCL's
+inference loop does); the error-hint cue of a training interface only adds a hint to such answers. A turn that
+reaches ``max_steps_per_turn`` tool-calling steps is force-quit: the episode ends, fails unless that was its last
+turn, and the turns never reached are labelled ``not_reached`` (``truncate`` does the same for a caller's budget). How actions are decoded, which functions a call can reach and how results are worded is the
 env's ``Protocol`` (SEAL's own, or a benchmark's, e.g. BFCL's); SEAL's own decodes the env's ``tool_format``.
 """
 
@@ -33,7 +34,7 @@ from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, 
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
 from seal_envs.spec.patterns import bounded_validator
-from seal_envs.task import Task, ToolCall, Turn, load_tasks
+from seal_envs.task import Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                              f"{', '.join(map(repr, sorted(names)))}; check the tasks file's \"domain\" "
                              "(`seal-envs validate DOMAIN --tasks FILE` lists them)")
         self._tasks_by_id = {t.id: t for t in self.tasks}
+        self._backends: dict[tuple[str, int], frozenset[str]] = {}
         self.mode: Mode = mode
         self.sandbox_config = SandboxConfig(backend=sandbox) if isinstance(sandbox, str) else sandbox
         self.max_steps_per_turn = max_steps_per_turn
@@ -381,9 +383,14 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         for index in range(self._turn, len(self._task.turns)):
             self._diagnoses.append(not_reached(index, self._task.turns[index], reason))
 
-    def _ground_truth_backends(self, turn: Turn) -> frozenset[str]:
-        tools = [self.protocol.resolve(call, self._task, list(self.tools), self.tools) for call in turn.ground_truth]
-        return frozenset(t.class_path for t in tools if isinstance(t, ToolSpec))
+    def _ground_truth_backends(self, turn_index: int) -> frozenset[str]:
+        """The backend classes the turn's ground-truth calls run on (the instance check's reference; cached)."""
+        key = (self._task.id, turn_index)
+        if key not in self._backends:
+            tools = [self.protocol.resolve(call, self._task, list(self.tools), self.tools)
+                     for call in self._task.turns[turn_index].ground_truth]
+            self._backends[key] = frozenset(t.class_path for t in tools if isinstance(t, ToolSpec))
+        return self._backends[key]
 
     def _end_turn(self, final_response: str, cap_hit: bool) -> Diagnosis:
         turn = self._task.turns[self._turn]
@@ -391,7 +398,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         verdict = judge_turn(self._reference[self._turn], turn, self._sandbox.snapshot(), self._outputs,
                              final_response, calls_made)
         evidence = TurnEvidence(self._turn, turn, tuple(self._records), final_response, verdict, cap_hit,
-                                self._ground_truth_backends(turn))
+                                self._ground_truth_backends(self._turn))
         diagnosis = diagnose_turn(evidence)
         self._verdicts.append(verdict)
         self._diagnoses.append(diagnosis)
