@@ -203,15 +203,17 @@ class SealPPOTrainer(PPOTrainerSync):
             s = self._seal_step
             labels = " ".join(f"{k}={v:.2f}" for k, v in (s.get("labels") or {}).items()) or "-"
             w = s.get("w") or {}
-            grad = f"{w['w_grad/mean']:.2f} over {w['w_grad/n']:.0f}" if "w_grad/mean" in w else "- (no gradient)"
+            grad = (f"{w['w_grad/mean']:.2f} over the {w['w_grad/n']:.0f} with gradient" if "w_grad/mean" in w
+                    else "none with gradient")
             now = time.time()
             took = f" ({now - self._step_started:.0f} s)" if getattr(self, "_step_started", None) else ""
             self._step_started = now
             reward = s.get("reward_mean")
             print(f"[seal] step {self.global_steps}/{self.total_training_steps}{took}: reward "
                   f"{reward if reward is None else f'{reward:.3f}'} | informative groups "
-                  f"{s.get('informative_groups') or 0:.0f}/{s.get('groups') or 0:.0f} | w mean {grad} rollouts with "
-                  f"gradient ({w.get('w_all/mean', 1):.2f} over all) | infra {s.get('infrastructure_errors', 0)} | "
+                  f"{s.get('informative_groups') or 0:.0f}/{s.get('groups') or 0:.0f} | w {grad}, "
+                  f"{w.get('w_all/mean', 1):.2f} over all {w.get('w_all/n', 0):.0f} | "
+                  f"infra {s.get('infrastructure_errors', 0)} | "
                   f"interface {interface_summary(before)} -> {interface_summary(state)} | labels {labels}", flush=True)
 
     def _log(self, record: dict[str, Any]) -> None:
