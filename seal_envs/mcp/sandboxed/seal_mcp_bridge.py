@@ -83,7 +83,7 @@ class _Connection:
         if initial_state_file is not None:
             env[STATE_VARIABLE] = initial_state_file
         try:
-            self._failed, self._stop, ready = self._portal.call(_events, 3)
+            self._failed, self._stop, self._stderr_done, ready = self._portal.call(_events, 4)
             self._portal.start_task_soon(self._serve, env, ready)
             self._portal.call(self._handshake, ready)
         except BaseException:
@@ -130,6 +130,8 @@ class _Connection:
                 await self.process.wait()
 
     async def _read_stdout(self, sink: anyio.abc.ObjectSendStream) -> None:
+        """Relay stdout's JSON-RPC lines; the first fault (a bad line, an oversized one, the end) is recorded
+        before the session sees its stream close, so callers get the reason, not "connection closed"."""
         limit, buffer = int(self.config["max_message_bytes"]), bytearray()
         async with sink:
             async for chunk in self.process.stdout:
@@ -148,8 +150,10 @@ class _Connection:
                         await sink.send(SessionMessage(message))
                 if len(buffer) > limit:
                     return self._fail(f"the MCP server wrote a message over {limit} bytes (max_message_bytes)")
-        code = await self.process.wait() if self.process.returncode is None else self.process.returncode
-        self._fail(f"the MCP server exited (code {code})")
+            with anyio.move_on_after(1.0):
+                await self._stderr_done.wait()
+                await self.process.wait()
+            self._fail(f"the MCP server exited (code {self.process.returncode})")
 
     async def _write_stdin(self, source: anyio.abc.ObjectReceiveStream) -> None:
         async with source:
@@ -163,6 +167,7 @@ class _Connection:
     async def _read_stderr(self) -> None:
         async for chunk in self.process.stderr:
             self.stderr = (self.stderr + chunk)[-STDERR_TAIL:]
+        self._stderr_done.set()
 
     async def _guarded(self, operation, timeout: float, what: str, *args: Any) -> Any:
         """``operation(*args)`` within ``timeout``; a server that fails meanwhile or misses it is stopped."""
