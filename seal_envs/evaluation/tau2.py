@@ -4,7 +4,8 @@ As tau2 grades airline (``reward_basis`` DB and COMMUNICATE in all 50 tasks): DB
 after replaying the episode's tool calls on a fresh database equals the one after replaying the ground-truth
 actions on a fresh database (tau2 replays the trajectory's calls the same way); COMMUNICATE passes when every
 ``communicate_info`` string occurs, case-insensitively, in an assistant text message with commas removed. The
-reward is 1 iff both pass. Replays run in a sandbox of the env's config (tool code never runs in this process).
+reward is 1 iff both pass. Replays run in a sandbox of the env's config (tool code never runs in this process);
+an episode that made exactly the ground-truth calls has its database by determinism, without a replay.
 
 This is the benchmark's own score and can differ from SEAL's env reward, which also judges every turn's state
 and outputs against the per-turn ground truth.
@@ -76,7 +77,9 @@ def tau2_verdict(task: Task, calls: Sequence[Sequence[Sequence[ToolCall]]], mess
     """tau2's DB and COMMUNICATE checks of one episode; ``calls`` per turn and step as the env decoded them."""
     basis = task.metadata["reward_basis"]
     made = [call for turn in calls for step in turn for call in step]
-    database = "DB" not in basis or final_database(task, made, domain, config) == expected_database(task, domain, config)
+    expected = expected_database(task, domain, config) if "DB" in basis else None
+    same_calls = made == [ToolCall(a["name"], a["arguments"]) for a in task.metadata["actions"]]
+    database = "DB" not in basis or same_calls or final_database(task, made, domain, config) == expected
     said = [m.lower().replace(",", "") for m in text_messages(messages, calls)]
     missing = [info for info in task.metadata["communicate_info"] if not any(info.lower() in m for m in said)
                ] if "COMMUNICATE" in basis else []
