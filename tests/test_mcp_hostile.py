@@ -24,8 +24,8 @@ from seal_envs.task import ToolCall
 from conftest import FIXTURES
 
 SERVER = FIXTURES / "mcp_hostile" / "hostile_server.py"
-STARTUP_S, CALL_S = 1.5, 1.5
-BUDGET_S = 6.0  # a case's whole episode, start-up and the fault included
+STARTUP_S, CALL_S = 5.0, 3.0  # generous for a loaded machine; a hang is caught all the same
+BUDGET_S = 30.0  # a case's whole gym.make or call, start-up and the fault included (a loaded 2-core machine)
 
 
 def make_domain(folder: Path, mode: str) -> Path:
@@ -67,7 +67,7 @@ def wait_gone(folder: Path, timeout_s: float = 3.0) -> list[int]:
 
 
 def config(backend: str) -> SandboxConfig:
-    return SandboxConfig(backend=backend, call_timeout_s=4.0, pool_size=1)
+    return SandboxConfig(backend=backend, call_timeout_s=20.0, pool_size=1)  # over the bridge's own limits
 
 
 def act(name: str, **arguments) -> str:
@@ -81,8 +81,8 @@ def container_servers(env: ToolUseEnv, docker_daemon) -> int:
 
 @pytest.mark.parametrize("mode, reason", [
     ("crash_on_start", "exited (code 3); its stderr ends: hostile: cannot start"),
-    ("hang_on_start", "no answer from the MCP server within 1.5 s"),
-    ("no_initialize", "no answer from the MCP server within 1.5 s"),
+    ("hang_on_start", f"no answer from the MCP server within {STARTUP_S:g} s"),
+    ("no_initialize", f"no answer from the MCP server within {STARTUP_S:g} s"),
     ("garbage_on_start", "not JSON-RPC on stdout"),
     ("flood_on_start", "over 33554432 bytes"),
 ])
@@ -100,7 +100,7 @@ def test_a_server_that_does_not_start_fails_gym_make_with_the_reason(tmp_path, b
 @pytest.mark.parametrize("mode, error", [
     ("tool_error", "MCPToolError: the tool refuses"),
     ("crash_on_call", "MCPServerFault: the MCP server exited (code 7); its stderr ends: hostile: crashing on purpose"),
-    ("hang_on_call", "MCPServerFault: tools/call misbehave: no answer from the MCP server within 1.5 s"),
+    ("hang_on_call", f"MCPServerFault: tools/call misbehave: no answer from the MCP server within {CALL_S:g} s"),
     ("garbage_on_call", "MCPServerFault: the MCP server wrote a line that is not JSON-RPC on stdout"),
     ("flood_on_call", "MCPServerFault: the MCP server wrote a message over 33554432 bytes"),
 ])

@@ -8,10 +8,11 @@ session: fresh state per episode), ``call`` relays ``tools/call``, ``snapshot`` 
 attribute ``state``, which holds the server's state resource as last read.
 
 Untrusted servers are bounded here, not trusted to behave: every exchange has a deadline, a line on stdout is
-capped at ``max_message_bytes`` and must be JSON-RPC, stderr keeps only its tail, and the server runs in the
-episode's process group (killed with it in a container) or in a session of its own that ``close`` kills
-(in-process). A server that crashes, hangs, or breaks protocol is killed and raises ``MCPServerFault``; a tool
-result with ``isError`` raises ``MCPToolError``: both are the tool's failures, which the diagnosis sees.
+capped at ``max_message_bytes`` and must be JSON-RPC, stderr keeps only its tail, and the server runs in a
+session of its own that is killed whole when the server fails or its episode ends (in a container, the
+supervisor's reset also kills every process an episode left). A server that crashes, hangs, or breaks protocol
+is killed and raises ``MCPServerFault``; a tool result with ``isError`` raises ``MCPToolError``: both are the
+tool's failures, which the diagnosis sees.
 
 The official ``mcp`` SDK's ``ClientSession`` speaks the protocol; the stdio transport is ours because the
 SDK's buffers a line without bound.
@@ -38,7 +39,7 @@ SPEC_FILE = "tools.json"
 STATE_VARIABLE = "SEAL_MCP_STATE"  # path of a JSON file with the task's initial state, when the task gives one
 UNREADABLE_STATE = "__unreadable_state__"  # seal_envs.sandbox.base.UNREADABLE_STATE (no seal_envs import here)
 STDERR_TAIL = 2000
-DEFAULTS = {"args": [], "env": {}, "startup_timeout_s": 10.0, "call_timeout_s": 5.0,
+DEFAULTS = {"args": [], "env": {}, "startup_timeout_s": 30.0, "call_timeout_s": 5.0,
             "max_message_bytes": 32 << 20, "state_resource": None}
 
 
@@ -75,7 +76,7 @@ class _Connection:
         self.session: ClientSession | None = None
         self.process: anyio.abc.Process | None = None
         self.stderr = bytearray()
-        self._own_session = os.getpgrp() != os.getpid()  # a sandbox worker leads its group: share it
+        self._state_file = initial_state_file
         self._portal_context = start_blocking_portal()
         self._portal = self._portal_context.__enter__()
         self._closed = False
@@ -105,8 +106,7 @@ class _Connection:
         command = self.config["command"]
         argv = [sys.executable if command == "python" else command, *map(str, self.config["args"])]
         try:
-            self.process = await anyio.open_process(argv, cwd=self.folder, env=env,
-                                                    start_new_session=self._own_session)
+            self.process = await anyio.open_process(argv, cwd=self.folder, env=env, start_new_session=True)
         except OSError as exc:
             self._fail(f"cannot start the MCP server {argv}: {exc}")
             return
@@ -135,8 +135,10 @@ class _Connection:
         limit, buffer = int(self.config["max_message_bytes"]), bytearray()
         async with sink:
             async for chunk in self.process.stdout:
+                unsearched = len(buffer)  # what is buffered has no newline: search only the new chunk
                 buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
+                while (end := buffer.find(b"\n", unsearched)) >= 0:
+                    unsearched = 0
                     line = bytes(buffer[:end]).strip()
                     del buffer[:end + 1]
                     if len(line) > limit:
@@ -205,11 +207,8 @@ class _Connection:
         if self.process is None or self.process.returncode is not None:
             return
         try:
-            if self._own_session:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            else:
-                self.process.kill()
-        except (OSError, ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # the server and everything it started
+        except OSError:
             pass
 
     # ---------------------------------------------------------------- the caller's side
@@ -229,6 +228,11 @@ class _Connection:
             pass
         self._kill()
         self._portal_context.__exit__(None, None, None)
+        if self._state_file is not None:
+            try:
+                os.unlink(self._state_file)
+            except OSError:
+                pass
 
     async def _shutdown(self) -> None:
         if hasattr(self, "_stop"):
