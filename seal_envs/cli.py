@@ -4,6 +4,7 @@ killed runs."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from seal_envs.sandbox.base import SandboxError
@@ -43,6 +44,22 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _mcp_tools(args: argparse.Namespace) -> int:
+    from seal_envs.mcp.discovery import spec_from_server, write_spec_from_server
+    from seal_envs.sandbox.base import SandboxConfig
+
+    config = SandboxConfig(backend=args.sandbox)
+    try:
+        if args.write:
+            print(f"wrote {write_spec_from_server(args.domain, config)}")
+        else:
+            print(json.dumps(spec_from_server(args.domain, config), indent=1))
+    except ValueError as exc:
+        print(f"seal-envs mcp-tools: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from seal_envs.sandbox.image import KINDS
 
@@ -59,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
                           help="where the ground truth runs (docker, as gym.make; inprocess: no Docker daemon "
                                "needed, no isolation: only for code you trust)")
     validate.set_defaults(handler=_validate)
+
+    mcp_tools = commands.add_parser(
+        "mcp-tools", help="start an MCP domain's server in a sandbox and print its tools.json with the tools the "
+                          "server lists (--write: replace the file's tools)")
+    mcp_tools.add_argument("domain", help="a folder whose tools.json declares an 'mcp' server")
+    mcp_tools.add_argument("--write", action="store_true", help="write the tools into the domain's tools.json")
+    mcp_tools.add_argument("--sandbox", choices=("docker", "inprocess"), default="docker",
+                           help="where the server runs (inprocess: no isolation, only for a server you trust)")
+    mcp_tools.set_defaults(handler=_mcp_tools)
 
     image = commands.add_parser("image", help="sandbox images").add_subparsers(dest="action", required=True)
     build = image.add_parser("build", help="build (or find) a sandbox image and print its tag")

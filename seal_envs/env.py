@@ -34,7 +34,7 @@ from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, 
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
 from seal_envs.spec.patterns import bounded_validator
-from seal_envs.task import Task, ToolCall, load_tasks
+from seal_envs.task import TASK_FILE, Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
 
     Args:
         domain: a bundled domain name, a directory/file of a tool spec, a ``ToolDomain``, or several of these.
-        tasks: tasks to sample from; default: the ``tasks.json`` next to the (first) domain's spec.
+        tasks: tasks to sample from; default: the ``tasks.json`` next to the (first) domain's spec, or for a domain
+            that declares ``task_splits`` and has none, its split named after ``mode`` ("train" or "eval").
         mode: ``"train"`` (the interface may be mutated) or ``"eval"`` (always the original interface).
         sandbox: where tools run; ``"docker"`` (default, isolated) or ``"inprocess"`` (debugging only).
         max_steps_per_turn: tool-calling steps per user turn; the step that reaches it force-quits the episode.
@@ -114,7 +115,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 if tool.name in self.tools:
                     raise ValueError(f"tool {tool.name!r} is defined by more than one domain")
                 self.tools[tool.name] = tool
-        if tasks is None:
+        if tasks is None and self.domains[0].task_splits and not (self.domains[0].root / TASK_FILE).exists():
+            tasks = self.domains[0].split_tasks(mode)
+        elif tasks is None:
             tasks = load_tasks(self.domains[0].root)
         elif isinstance(tasks, (str, Path)):
             tasks = load_tasks(tasks)

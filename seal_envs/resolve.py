@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from seal_envs.mcp.discovery import mcp_tool_problems
 from seal_envs.sandbox import SandboxConfig, SandboxError, get_pool
 from seal_envs.spec.loader import DOMAIN_FILE, SpecError, ToolDomain
 
@@ -53,11 +54,14 @@ def resolve_targets(targets: Sequence[str], python_paths: Sequence[str], code: s
 
 def implementation_problems(domains: Sequence[ToolDomain], config: SandboxConfig, python_paths: Sequence[str],
                             code: str) -> list[SpecError]:
-    """Every tool whose ``implementation`` does not resolve, as ``tools.json: at $.tools[i].implementation: ...``."""
+    """Every tool whose ``implementation`` does not resolve, as ``tools.json: at $.tools[i].implementation: ...``;
+    for an MCP domain, what is wrong with its server's tools (``seal_envs.mcp.discovery``)."""
     problems = resolve_targets([t.implementation for d in domains for t in d.tools], python_paths, code, config)
     return [SpecError(d.root / DOMAIN_FILE, f"$.tools[{i}].implementation", f"{t.implementation!r}: "
                       f"{problems[t.implementation]}")
-            for d in domains for i, t in enumerate(d.tools) if t.implementation in problems]
+            for d in domains for i, t in enumerate(d.tools) if t.implementation in problems] + [
+        problem for d in domains if d.mcp is not None
+        for problem in mcp_tool_problems(d, config, tuple(python_paths), code)]
 
 
 def check_implementations(domains: Sequence[ToolDomain], config: SandboxConfig, python_paths: Sequence[str],

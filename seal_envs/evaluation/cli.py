@@ -121,13 +121,22 @@ def evaluate(config: EvalConfig, progress: bool = True):
     from seal_envs.bfcl.checker import official_verdict
     from seal_envs.evaluation.report import summarize
     from seal_envs.evaluation.runner import run_episodes
+    from seal_envs.evaluation.tau2 import tau2_verdict
+    from seal_envs.sandbox import SandboxConfig
+    from seal_envs.spec.loader import load_domain
 
     target = eval_target(config)
     records = run_episodes(target.tasks, target.make_env, policy_factory(config), config.workers, progress)
     for task, record in zip(target.tasks, records):  # BFCL's checker runs its backends in-process: serially
-        if (config.official_check and task.metadata.get("checker") == "bfcl" and record.task_error is None
-                and not record.infrastructure_error):
+        checker = task.metadata.get("checker")
+        if not config.official_check or record.task_error is not None or record.infrastructure_error:
+            continue
+        if checker == "bfcl":
             record.official_valid = bool(official_verdict(task, record.calls)["valid"])
+        elif checker == "tau2":
+            record.official_valid = tau2_verdict(task, record.calls, record.messages, load_domain(
+                config.domain or task.domain), SandboxConfig(backend=config.sandbox))["reward"] == 1.0
+        record.official_checker = checker if record.official_valid is not None else None
     run = {"name": config.model or config.policy, "benchmark": target.benchmark,
            "date": datetime.datetime.now().isoformat(timespec="seconds")}
     return summarize(records), records, run
@@ -147,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sandbox", choices=("docker", "inprocess"), default="docker")
     parser.add_argument("--out", default="seal-eval-results", help="folder for results.json and accuracy.png")
     parser.add_argument("--no-official-check", dest="official_check", action="store_false",
-                        help="skip re-scoring every BFCL episode with BFCL's official checker")
+                        help="skip re-scoring every BFCL episode with BFCL's official checker (and every tau2 "
+                             "episode with tau2's grading)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     parser.add_argument("--model", help="model name (openai) or local model folder (hf)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")

@@ -47,7 +47,8 @@ def ground_truth_script(task: Task) -> list[list[ToolCall]]:
 class ReplayPolicy:
     """Replays a script: per turn, one message with the turn's calls (if any), then a text answer. The answer
     states the turn's ``required_response`` content, as a real agent's answer reporting the results would
-    (``seal-envs validate`` checks that the replayed outputs hold it)."""
+    (``seal-envs validate`` checks that the replayed outputs hold it), and in the last turn what a tau2 task
+    says must reach the user (``metadata["communicate_info"]``)."""
 
     def __init__(self, script: Script = ground_truth_script, tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT):
         self.script = script
@@ -59,6 +60,7 @@ class ReplayPolicy:
     def start(self, task: Task) -> None:
         self._plan = [list(calls) for calls in self.script(task)]
         self._required = [turn.required_response for turn in task.turns]
+        self._required[-1] += tuple(task.metadata.get("communicate_info", ()))
         self._sent = set()
 
     def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from seal_envs.evaluation.fingerprint import run_fingerprint
 from seal_envs.evaluation.runner import EpisodeRecord
+from seal_envs.evaluation.tau2 import USER_MODES
 
 CATEGORY_TITLES = {"base": "Base", "miss_func": "Miss Func", "miss_param": "Miss Param",
                    "long_context": "Long Context"}
@@ -36,6 +37,8 @@ def summarize(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
         "task_errors": sum(r.task_error is not None for r in records),
         "official_agreement": (sum((r.official_valid is True) == r.passed for r in checked) / len(checked)
                                if checked else None),
+        "official_checker": checked[0].official_checker if checked else None,
+        "official_pass_rate": 100.0 * sum(r.official_valid is True for r in checked) / len(checked) if checked else None,
         "requests_sha256": run_fingerprint(r.requests_sha256 for r in records),
     }
 
@@ -51,7 +54,11 @@ def format_table(summary: dict[str, Any]) -> str:
     lines += [f"  {label:<28}{count:>6}  {100 * count / total:6.2f}%" for label, count in summary["labels"].items()]
     lines.append(f"tasks: {summary['tasks']}  infrastructure errors: {summary['infrastructure_errors']}  "
                  f"task errors: {summary['task_errors']}")
-    if summary["official_agreement"] is not None:
+    if summary.get("official_checker") == "tau2":
+        lines.append(f"tau2's grading (DB + COMMUNICATE): {summary['official_pass_rate']:.2f}% pass "
+                     f"(user: {USER_MODES['scripted']}); agreement with the env's reward: "
+                     f"{100 * summary['official_agreement']:.2f}%")
+    elif summary["official_agreement"] is not None:
         lines.append(f"agreement with BFCL's official checker: {100 * summary['official_agreement']:.2f}%")
     lines.append(f"eval-parity fingerprint (sha256 of every request sent): {summary['requests_sha256']}")
     return "\n".join(lines)

@@ -32,6 +32,7 @@ class EpisodeRecord:
     calls: list[list[list[ToolCall]]] = field(default_factory=list)
     diagnoses: list[dict[str, Any]] = field(default_factory=list)
     official_valid: bool | None = None
+    official_checker: str | None = None  # whose check official_valid is: "bfcl" or "tau2"
     requests_sha256: str = ""  # hash of every request the policy was sent (``seal_envs.evaluation.fingerprint``)
     messages: list[Message] = field(default_factory=list)  # the transcript: every message, the policy's included
 

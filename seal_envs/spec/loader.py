@@ -18,6 +18,9 @@ BUNDLED_SPECS = Path(str(resources.files("tool_specs")))
 """Directory of the tool domains shipped with the package (``tool_specs/``)."""
 
 DOMAIN_FILE = "tools.json"
+MCP_BRIDGE = (Path(__file__).parent.parent / "mcp" / "sandboxed").resolve()
+"""Folder of ``seal_mcp_bridge``, the module that runs an MCP domain's server inside the sandbox."""
+MCP_BRIDGE_MODULE = "seal_mcp_bridge"
 
 
 class SpecError(ValueError):
@@ -70,6 +73,7 @@ class ToolDomain:
     root: Path
     python_paths: tuple[Path, ...] = field(default=())
     task_splits: str | None = None  # "module:function", module a .py file under the domain's folder
+    mcp: dict[str, Any] | None = None  # the MCP server that implements the tools (tools.json's "mcp" block)
 
     def split_tasks(self, split: str) -> tuple:
         """The tasks of the domain's own fixed ``split`` (``"train"`` / ``"eval"``), for domains that declare one.
@@ -168,7 +172,7 @@ def read_json(file: Path) -> Any:
         raise SpecError(file, "$", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
 
 
-def _check_tool(tool: dict[str, Any], index: int, file: Path) -> None:
+def check_tool(tool: dict[str, Any], index: int, file: Path) -> None:
     where = f"$.tools[{index}]"
     params = tool["parameters"]
     try:
@@ -178,6 +182,22 @@ def _check_tool(tool: dict[str, Any], index: int, file: Path) -> None:
     unknown = [r for r in params.get("required", []) if r not in params["properties"]]
     if unknown:
         raise SpecError(file, f"{where}.parameters.required", f"names {unknown} that are not in 'properties'")
+
+
+def _implementation(tool: dict[str, Any], index: int, document: dict[str, Any], file: Path) -> str:
+    """The tool's ``implementation``; an MCP domain's tools are methods of the bridge's class for the domain."""
+    where = f"$.tools[{index}]"
+    if "mcp" not in document:
+        if "implementation" not in tool:
+            raise SpecError(file, where, "'implementation' is a required property (or declare the domain's MCP "
+                            "server in 'mcp')")
+        return tool["implementation"]
+    if "implementation" in tool:
+        raise SpecError(file, f"{where}.implementation", "an MCP domain's tools are implemented by its server "
+                        "('mcp'); remove 'implementation'")
+    if "." in tool["name"]:
+        raise SpecError(file, f"{where}.name", f"MCP tool names cannot contain '.' ({tool['name']!r})")
+    return f"{MCP_BRIDGE_MODULE}:{document['domain']}.{tool['name']}"
 
 
 def resolve_file(path: str | Path, default_name: str) -> Path:
@@ -214,20 +234,25 @@ def load_domain(file: Path) -> ToolDomain:
     validate_document(document, "meta_schema.json", file)
     names: set[str] = set()
     for i, tool in enumerate(document["tools"]):
-        _check_tool(tool, i, file)
+        check_tool(tool, i, file)
         if tool["name"] in names:
             raise SpecError(file, f"$.tools[{i}].name", f"duplicate tool name {tool['name']!r}")
         names.add(tool["name"])
     root = file.parent
+    python_paths = _python_paths(document, root, file)
+    if "mcp" in document:  # the bridge, and the domain's folder: the bridge reads the server's command there
+        python_paths += tuple(p for p in (MCP_BRIDGE, root) if p not in python_paths)
     return ToolDomain(
         name=document["domain"],
         description=document["description"],
-        tools=tuple(ToolSpec(**{k: t[k] for k in ("name", "description", "parameters", "implementation")},
+        tools=tuple(ToolSpec(**{k: t[k] for k in ("name", "description", "parameters")},
+                             implementation=_implementation(t, i, document, file),
                              mutates_state=t.get("mutates_state", True), returns=t.get("returns"))
-                    for t in document["tools"]),
+                    for i, t in enumerate(document["tools"])),
         root=root,
-        python_paths=_python_paths(document, root, file),
+        python_paths=python_paths,
         task_splits=document.get("task_splits"),
+        mcp=document.get("mcp"),
     )
 
 
