@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         results[arm], records[arm] = run(arm, interfaces[arm])
     print(markdown(results))
-    doc = {"model": str(model), "tasks": [t.id for t in tasks], "samples": args.samples,
+    doc = {"model": Path(model).name, "tasks": [t.id for t in tasks], "samples": args.samples,
            "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
            "limits": asdict(limits), "batch_size": args.batch_size,
            "generator": {"prefill_tokens": generator.prefill_tokens, "reused_tokens": generator.reused_tokens,
