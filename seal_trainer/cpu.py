@@ -79,6 +79,8 @@ def cpu_overrides(num_cpus: int | None = None) -> list[str]:
         f"actor_rollout_ref.rollout.dtype={compute_dtype()}",
         "actor_rollout_ref.rollout.free_cache_engine=False",
         "actor_rollout_ref.rollout.load_format=auto",
+        # with LoRA (model.lora_rank > 0) the hf rollout loads merged full weights; adapter-only syncs would raise
+        "actor_rollout_ref.model.lora.merge=True",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
         "actor_rollout_ref.actor.fsdp_config.param_offload=False",

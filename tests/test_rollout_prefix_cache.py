@@ -120,3 +120,56 @@ def test_each_rollout_is_seeded_from_the_runs_seed():
     assert len(set(group)) == 8 and group == [seed(session_id=s) for s in range(8)]  # distinct, replayable
     assert seed(session_id=0, run_seed=43) != group[0] and seed(session_id=0, global_steps=2) != group[0]
     assert seed() is None and seed(session_id=0, backend="sglang") is None  # unknown rollout index / no seed API
+
+
+def _verl_merged_lora_weights(model_path: str) -> dict:
+    """What verl's FSDP2 engine sends the rollout with ``lora.merge=True`` (``_merged_lora_per_tensor_param``): a
+    PEFT LoRA model, each decoder layer and the root sharded as verl shards them, merged in
+    ``merged_lora_context`` and named by ``normalize_peft_param_name`` + ``convert_weight_keys``."""
+    import os
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from peft import LoraConfig, get_peft_model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+    from verl.utils.fsdp_utils import merged_lora_context, normalize_peft_param_name
+    from verl.utils.model import convert_weight_keys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_path),
+                               LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"]))
+        mesh = init_device_mesh("cpu", (1,))
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        torch.manual_seed(0)
+        for name, param in model.named_parameters():
+            if "lora_B" in name:  # an adapter after some updates (PEFT starts it at zero)
+                torch.nn.init.normal_(param, std=0.5)
+        with merged_lora_context(model, backup_adapters=True):
+            params = convert_weight_keys(normalize_peft_param_name(model.state_dict()), model)
+            return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in params.items()}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_merged_lora_update_changes_the_rollout_policy(model_path):
+    from seal_trainer.cpu import HFRolloutServerImpl
+
+    merged = _verl_merged_lora_weights(model_path)
+    server = HFRolloutServerImpl(model_path, 64)
+    base = {k: v.clone() for k, v in server.model.state_dict().items()}
+    prompt = list(range(10, 60))
+    before = _greedy(server, prompt)
+    assert server.update_weights(merged, global_steps=1) == len(base)  # every tensor by its Hugging Face name
+    changed = [k for k in base if not server.model.state_dict()[k].equal(base[k])]
+    assert changed and all(any(m in k for m in ("q_proj", "v_proj", "down_proj")) for k in changed)
+    assert _greedy(server, prompt) != before
