@@ -134,10 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     model = Path(args.model) if args.model else default_model(train["warm_start"])
-    tokenizer, generator = load_generator(str(model), max_cached=args.batch_size + 8)
+    tokenizer, generator = load_generator(str(model))
     tasks = list(load_domain("shop").split_tasks("train"))[: args.tasks]
     jobs = [Job(t.id, s) for t in tasks for s in range(args.samples)]
-    sampling = Sampling(args.temperature, args.top_p, args.seed)
+    sampling = Sampling(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     limits = Limits(train["response_budget"], train["max_assistant_turns"], args.max_new_tokens)
     print(f"model {model}\n{len(tasks)} tasks x {args.samples} samples, T={args.temperature}, top_p={args.top_p}, "
           f"batch {args.batch_size}, arms {', '.join(arms)}", flush=True)

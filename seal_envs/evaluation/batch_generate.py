@@ -109,7 +109,7 @@ def _reserved_layer(keys: Sequence[Any], values: Sequence[Any], reserve: int):
     return layer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sampling:
     """How tokens are picked. ``temperature`` 0 is greedy; ``top_k`` 0 keeps all tokens; ``seed`` makes sampled
     runs reproducible (a request's own seed, where given, wins)."""
