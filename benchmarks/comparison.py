@@ -132,7 +132,7 @@ def run_one(args, arm: str, seed: int, train: Path, val: Path, validate_first: b
         raise SystemExit(f"seal-train failed for {arm} seed {seed} (exit {proc.returncode}); no results written. "
                          f"Logs: {run_dir}\n{tail}")
     result = {"arm": arm, "seed": seed, "steps": args.steps, "wall_s": round(time.time() - t0, 1),
-              "run_dir": str(run_dir), **record}
+              "run_dir": str(run_dir.relative_to(args.out.resolve())), **record}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -219,7 +219,7 @@ def print_table(agg: dict[str, Any], steps: int) -> None:
 
 def finish(args, runs: list[dict[str, Any]], wall: float | None) -> None:
     agg = aggregate(runs, args.steps)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings = {k: v.name if isinstance(v, Path) else v for k, v in vars(args).items()}  # no machine paths
     doc = {"date": time.strftime("%Y-%m-%d"), "settings": settings, "runs": runs, **agg, "wall_s": wall}
     (args.out / "comparison.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(agg, args.steps, args.out / "comparison.png",
@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.aggregate_only:
-        runs = [{"arm": a, "seed": s, "run_dir": str(d), **run_record(read_metrics(d / "verl_metrics.jsonl"))}
+        runs = [{"arm": a, "seed": s, "run_dir": str(d.relative_to(args.out)),
+                 **run_record(read_metrics(d / "verl_metrics.jsonl"))}
                 for a in args.arms for s in args.seeds if (d := args.out / "runs" / f"{a}_s{s}").exists()]
         finish(args, [r for r in runs if str(args.steps) in r["validation"]["heldout"]], None)
         return 0

@@ -170,10 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     model = Path(args.model) if args.model else default_model(train["warm_start"])
-    tokenizer, generator = load_generator(str(model), max_cached=args.batch_size + 8)
+    tokenizer, generator = load_generator(str(model))
     tasks = list(load_domain("shop").split_tasks("train"))[: args.tasks]
     jobs = [Job(t.id, s) for t in tasks for s in range(args.samples)]
-    sampling = Sampling(args.temperature, args.top_p, args.seed)
+    sampling = Sampling(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     limits = Limits(train["response_budget"], train["max_assistant_turns"], args.max_new_tokens)
     print(f"model {model}\n{len(tasks)} tasks x {args.samples} samples, T={args.temperature}, top_p={args.top_p}, "
           f"batch {args.batch_size}, arms {', '.join(arms)}", flush=True)
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         results[arm], records[arm] = run(arm, interfaces[arm])
     print(markdown(results))
-    doc = {"model": str(model), "tasks": [t.id for t in tasks], "samples": args.samples,
+    doc = {"model": Path(model).name, "tasks": [t.id for t in tasks], "samples": args.samples,
            "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
            "limits": asdict(limits), "batch_size": args.batch_size,
            "generator": {"prefill_tokens": generator.prefill_tokens, "reused_tokens": generator.reused_tokens,

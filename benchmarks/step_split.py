@@ -1,54 +1,78 @@
 """Where a CPU GRPO step's time goes, before and after SEAL's CPU cuts, side by side in one invocation.
 
-    python benchmarks/step_split.py [--model PATH] [--out benchmarks/results/step_split.json]
+    python benchmarks/step_split.py --before-tree DIR [--model PATH] [--prompts 2 --samples 8] [--out ...json]
 
-Runs ``seal-train`` for one step twice with the same model, tasks, batch and seed (validation off):
+Runs ``seal-train`` for one step of ``--prompts`` x ``--samples`` rollouts (default 2 x 8 = 16) twice with the
+same model, tasks, batch and seed (validation off):
 
-- ``before``: the previous CPU defaults: every rollout request prefills its whole prompt
-  (``rollout.enable_prefix_caching=false``), old log-probs recomputed by the actor
-  (``rollout_correction.bypass_mode=false``), a KL loss with its reference forward (``use_kl_loss=true``);
-- ``after``: today's defaults (prefix cache in the CPU rollout server, rollout log-probs reused on-policy,
-  no reference model).
+- ``before``: the code of ``--before-tree``, an older checkout of this repository (for example
+  ``git archive <commit> | tar -x -C DIR``), imported from there;
+- ``after``: this tree (one batched, prefix-cached rollout generator; bf16 where the CPU has bf16 units).
 
-It prints verl's per-phase timers (``timing_s/*``) and the wall time of each run, plus the prompt length of
-a shop episode with the tool schemas rendered as spaced JSON (the template before) and as compact JSON.
+It prints verl's per-phase timers (``timing_s/*``), the wall time and the peak resident memory of each run (the
+whole process tree: trainer, Ray workers, rollout server), the rollouts per step and the cost per rollout, plus
+the prompt length of a shop episode with the tool schemas rendered as spaced JSON and as compact JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-ARMS = {
-    "before": ["actor_rollout_ref.rollout.enable_prefix_caching=false",
-               "algorithm.rollout_correction.bypass_mode=false", "actor_rollout_ref.actor.use_kl_loss=true"],
-    "after": [],
-}
+ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step"]
 
 
-def run_arm(name: str, extra: list[str], model: str | None, workdir: Path) -> dict:
+def _peak_rss(process: subprocess.Popen, peak: list[int]) -> None:
+    """Sample the resident memory of ``process`` and all its descendants until it exits; the maximum in ``peak``."""
+    import psutil
+
+    root = psutil.Process(process.pid)
+    while process.poll() is None:
+        total = 0
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        peak[0] = max(peak[0], total)
+        time.sleep(0.5)
+
+
+def run_arm(name: str, tree: Path, overrides: list[str], workdir: Path) -> dict:
     run_dir = workdir / name
     cmd = [sys.executable, "-m", "seal_trainer.cli", "trainer.total_training_steps=1", "trainer.val_before_train=false",
            "trainer.test_freq=-1", f"trainer.default_local_dir={run_dir}", f"trainer.experiment_name=split_{name}",
-           *([f"actor_rollout_ref.model.path={model}"] if model else []), *extra]
-    t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+           *overrides]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    t0, peak = time.time(), [0]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir,
+                          env=env) as process:
+        sampler = threading.Thread(target=_peak_rss, args=(process, peak), daemon=True)
+        sampler.start()
+        stdout, stderr = process.communicate()
+        sampler.join()
     wall = time.time() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"{name}: seal-train failed\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    if process.returncode != 0:
+        raise SystemExit(f"{name}: seal-train failed\n{stdout[-3000:]}\n{stderr[-3000:]}")
     log = (run_dir / "train.log").read_text()
     timing = {p: float(m.group(1)) for p in PHASES
               for m in [re.search(rf"timing_s/{p}:([0-9.]+)", log)] if m}
     lengths = {k: float(m.group(1)) for k in ("prompt_length/mean", "response_length/mean")
                for m in [re.search(rf"{k}:([0-9.]+)", log)] if m}
-    return {"wall_s": round(wall, 1), "timing_s": timing, **lengths}
+    rollouts = sum(1 for f in (run_dir / "rollouts").glob("*.jsonl") for _ in f.open())
+    step = timing.get("step")
+    return {"wall_s": round(wall, 1), "timing_s": timing, "rollouts": rollouts,
+            "step_s_per_rollout": round(step / rollouts, 2) if step and rollouts else None,
+            "peak_rss_gb": round(peak[0] / 2**30, 2), **lengths}
 
 
 def prompt_tokens(model: str) -> dict[str, int]:
@@ -73,26 +97,39 @@ def prompt_tokens(model: str) -> dict[str, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--before-tree", type=Path, required=True, help="an older checkout of this repository")
     p.add_argument("--model", default=None, help="default: seal-train's own (warm-started SmolLM2, cached)")
+    p.add_argument("--prompts", type=int, default=2)
+    p.add_argument("--samples", type=int, default=8, help="rollouts per prompt (GRPO group size)")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "step_split.json")
     p.add_argument("--runs", type=Path, default=None, help="keep the two run folders here (default: a temp dir)")
+    p.add_argument("overrides", nargs="*", help="more seal-train overrides for both arms, key=value")
     args = p.parse_args(argv)
+    overrides = [f"data.train_batch_size={args.prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+                 f"actor_rollout_ref.rollout.n={args.samples}", *args.overrides]
+    model = [f"actor_rollout_ref.model.path={Path(args.model).resolve()}"] if args.model else []
+    arms = {"before": args.before_tree.resolve(), "after": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = args.runs or Path(tmp)
-        results = {name: run_arm(name, extra, args.model, workdir) for name, extra in ARMS.items()}
+        workdir = (args.runs or Path(tmp)).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        results = {name: run_arm(name, tree, model + overrides, workdir) for name, tree in arms.items()}
     from seal_trainer.models import SMOLLM2, resolve_model
 
     results["prompt_tokens"] = prompt_tokens(args.model or str(resolve_model(SMOLLM2)))
-    print(f"{'phase (s)':16s}" + "".join(f"{a:>10s}" for a in ARMS) + "     ratio")
+    print(f"{'phase (s)':16s}" + "".join(f"{a:>10s}" for a in arms) + "     ratio")
     for phase in PHASES:
-        row = [results[a]["timing_s"].get(phase) for a in ARMS]
+        row = [results[a]["timing_s"].get(phase) for a in arms]
         ratio = f"{row[0] / row[1]:8.1f}x" if all(row) else "        -"
         print(f"{phase:16s}" + "".join(f"{v:10.1f}" if v is not None else f"{'-':>10s}" for v in row) + ratio)
-    print(f"{'wall (s)':16s}" + "".join(f"{results[a]['wall_s']:10.1f}" for a in ARMS))
+    for key, label in (("wall_s", "wall (s)"), ("rollouts", "rollouts"), ("step_s_per_rollout", "step s/rollout"),
+                       ("peak_rss_gb", "peak RSS (GB)")):
+        print(f"{label:16s}" + "".join(f"{results[a][key]:10}" for a in arms))
     print(f"shop prompt tokens: spaced JSON {results['prompt_tokens']['spaced']}, "
           f"compact {results['prompt_tokens']['compact']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), **results}, indent=2))
+    doc = {"date": time.strftime("%Y-%m-%d"), "model": Path(args.model).name if args.model else "default",
+           "overrides": overrides, **results}  # no machine paths in the result file
+    args.out.write_text(json.dumps(doc, indent=2))
     return 0
 
 

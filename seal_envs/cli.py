@@ -20,9 +20,10 @@ def _image_build(args: argparse.Namespace) -> int:
 
 
 def _sandbox_reap(args: argparse.Namespace) -> int:
+    from seal_envs.sandbox.docker import docker_client
     from seal_envs.sandbox.reaper import reap
 
-    removed = reap()
+    removed = reap(docker_client())
     print(f"removed {len(removed)} orphaned sandbox container(s)")
     return 0
 

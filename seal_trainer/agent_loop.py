@@ -36,6 +36,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
+from seal_envs.evaluation.batch_generate import row_seed
 from seal_envs.formats import ToolFormat, get_tool_format
 from seal_envs.tool_template import ensure_tool_template
 from seal_trainer.config import seal_config_from
@@ -46,6 +47,7 @@ logger.setLevel(os.getenv("SEAL_LOGGING_LEVEL", "WARNING"))
 
 AGENT_NAME = "seal_tool_env"
 INFRA_LABELS = frozenset({"infrastructure_error", "task_error"})
+SEEDED_BACKENDS = ("hf", "vllm")  # rollout backends whose requests take a per-request sampling "seed"
 
 
 def _scalar(value: Any) -> Any:
@@ -135,6 +137,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         response_mask: list[int] = []
         logprobs: list[float] | None = [] if sampling_params.get("logprobs") else None
         request_id = uuid4().hex
+        sample_seed = self._sample_seed(row)
         reward, labels, infra, truncated = 0.0, list(info.get("labels", [])), False, False
         tags = list(info.get("tags", []))
         assistant_turns, user_turns = 0, 1
@@ -148,6 +151,8 @@ class SealToolEnvAgentLoop(AgentLoopBase):
                 truncated = True
                 break
             params = {**sampling_params, "max_tokens": budget}
+            if sample_seed is not None:
+                params["seed"] = row_seed(sample_seed, assistant_turns)
             timing: dict[str, float] = {}
             with simple_timer("generate", timing):
                 out = await self.server_manager.generate(request_id=request_id, prompt_ids=runtime_ids,
@@ -217,6 +222,20 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             response_logprobs=logprobs, reward_score=reward, num_turns=user_turns + assistant_turns,
             metrics=AgentLoopMetrics(generate_sequences=gen_time, tool_calls=tool_time), extra_fields=extra_fields,
         )
+
+    def _sample_seed(self, row: dict[str, Any]) -> int | None:
+        """This sample's sampling seed, from the run's seed (``rollout.seed``), the step, the dataset row and the
+        rollout's index in its group, so the same seed replays the same rollouts whatever batches the server
+        forms. None where verl does not say which of the group's rollouts this is (then the server seeds it), and
+        for backends other than ``hf`` and ``vllm`` (whose requests take a ``seed``)."""
+        session = row.get("session_id")
+        if session is None or self.rollout_config.name not in SEEDED_BACKENDS:
+            return None
+        index = _scalar(row.get("index", 0))
+        steps = _scalar(row.get("global_steps", 0))
+        validate = _scalar(row.get("seal_mode", "train")) == "eval"
+        return row_seed(int(self.rollout_config.seed or 0), int(steps or 0), int(index or 0), int(session),
+                        int(validate))
 
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id

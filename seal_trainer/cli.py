@@ -130,7 +130,7 @@ def launch(cfg) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from seal_trainer.trainer import SealTaskRunner
+    from seal_trainer.task_runner import SealTaskRunner
 
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     run_ppo(cfg, task_runner_class=SealTaskRunner)

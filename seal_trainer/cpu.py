@@ -14,7 +14,7 @@ is harmless anywhere:
 ``VERL_ENGINE_DEVICE=cuda`` (verl's FSDP engine is registered for ``cuda`` only; it runs on CPU tensors
 here), and ``cpu_overrides()`` gives the config changes: FSDP2 with ``attn_implementation=sdpa``, one fake
 Ray GPU (``ray_init.num_gpus=1``) so placement groups resolve, the core count (at least 8 slots), one TransferQueue storage
-unit, the ``hf`` rollout, no torch.compile, float32.
+unit, the ``hf`` rollout, no torch.compile, fp32 weights computing in bf16 where the CPU has bf16 units (else fp32).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from seal_envs.prefix_cache import PrefixCache
+from seal_envs.evaluation.batch_generate import GenerationQueue, Sampling, compute_dtype, model_generator
+from seal_envs.prefix_cache import DEFAULT_MAX_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "TOKENIZERS_PAR
 RAY_MIN_CPU_SLOTS = 8
 
 FP32_COMPUTE = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+BF16_COMPUTE = "{param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"  # fp32 master weights, as verl's default
 
 
 def gpu_available() -> bool:
@@ -61,6 +62,7 @@ def cpu_overrides(num_cpus: int | None = None) -> list[str]:
     group bundle of 3 for the colocated workers, the task runner, TransferQueue's controller and storage);
     with fewer, placement never resolves and the run hangs. Torch threads are set by ``OMP_NUM_THREADS``."""
     num_cpus = max(num_cpus or os.cpu_count() or 1, RAY_MIN_CPU_SLOTS)
+    compute = BF16_COMPUTE if compute_dtype() == "bfloat16" else FP32_COMPUTE
     env = ",".join(f"{k}:'{v}'" for k, v in CPU_ENV.items())
     return [
         "trainer.device=cpu",
@@ -74,18 +76,21 @@ def cpu_overrides(num_cpus: int | None = None) -> list[str]:
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.mode=async",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.dtype={compute_dtype()}",
         "actor_rollout_ref.rollout.free_cache_engine=False",
         "actor_rollout_ref.rollout.load_format=auto",
+        # with LoRA (model.lora_rank > 0) the hf rollout loads merged full weights; adapter-only syncs would raise
+        "actor_rollout_ref.model.lora.merge=True",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
         "actor_rollout_ref.actor.fsdp_config.param_offload=False",
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
         "actor_rollout_ref.actor.fsdp_config.model_dtype=float32",
         "actor_rollout_ref.ref.fsdp_config.model_dtype=float32",
-        # verl's FSDP computes in bf16 by default: 4-10x slower than fp32 on CPU (benchmarks/cpu_dtype_bench.py)
-        f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32_COMPUTE}",
-        f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={FP32_COMPUTE}",
+        # bf16 compute only where the CPU has bf16 units (about 2x faster on SmolLM2 there; 4-10x slower without:
+        # benchmarks/cpu_dtype_bench.py); the weights and the optimizer stay fp32 either way
+        f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={compute}",
+        f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={compute}",
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.ref.use_torch_compile=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
@@ -102,15 +107,23 @@ def _noop(*args, **kwargs):
 
 
 class _CPUDeviceModule(SimpleNamespace):
-    """Stands in for ``torch.cuda``: device queries answer for one CPU "device", memory calls are no-ops."""
+    """Stands in for ``torch.cuda``: device queries answer for one CPU "device", memory calls are no-ops (the
+    attributes given below). Any other CUDA call is one ``torch.cpu`` has, or else a no-op announced by one
+    warning line per name, so that a call that would matter is never dropped silently."""
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
         if hasattr(torch.cpu, name):
             return getattr(torch.cpu, name)
-        logger.debug("cpu device module: %s is a no-op", name)
+        if name not in _ANNOUNCED_NOOPS:
+            _ANNOUNCED_NOOPS.add(name)
+            logger.warning("CPU platform: verl called torch.cuda-style %r, which SEAL's CPU shim does not implement; "
+                           "it does nothing here (seal_trainer/cpu.py)", name)
         return _noop
+
+
+_ANNOUNCED_NOOPS: set[str] = set()
 
 
 def _mem_get_info(*_):
@@ -263,80 +276,79 @@ SERVER_NAME = "seal_hf_rollout_{rank}"
 
 
 class HFRolloutServerImpl:
-    """Token-in/token-out generation with ``transformers`` ``generate()`` (one request at a time).
+    """Token-in/token-out generation for the agent loops: concurrent requests are decoded together.
 
-    Wrapped by ``ray.remote`` as ``HFRolloutServer``; the load balancer hands its handle to the agent loops.
+    Wrapped by ``ray.remote`` as ``HFRolloutServer``; the load balancer hands its handle to the agent loops. Every
+    request goes through one ``GenerationQueue`` over one ``BatchGenerator`` (``seal_envs.evaluation
+    .batch_generate``): the episodes' concurrent requests share a batch, a group's shared prompt is prefilled once,
+    keys/values are reused across a conversation's turns (``prefix_caching``, bounded by ``cache_bytes``). A
+    request's ``sampling_params["seed"]`` (the agent loop derives it from the run's seed) seeds its own row, so
+    rollouts are reproducible whatever shares their batch. ``dtype`` ``auto``: bf16 where the CPU has bf16 units.
     """
 
-    def __init__(self, model_path: str, response_length: int, dtype: str = "float32", seed: int = 0,
-                 num_threads: int | None = None, prefix_caching: bool = True):
-        from transformers import AutoModelForCausalLM
-
+    def __init__(self, model_path: str, response_length: int, dtype: str = "auto", seed: int = 0,
+                 num_threads: int | None = None, prefix_caching: bool = True, cache_bytes: int = DEFAULT_MAX_BYTES):
         torch.set_num_threads(num_threads or os.cpu_count() or 1)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype),
-                                                          attn_implementation="sdpa")
-        self.model.eval()
+        self.generator = model_generator(model_path, cache_bytes if prefix_caching else 0, dtype)
+        self.model = self.generator.model
+        self.queue = GenerationQueue(self.generator)
         self.response_length = response_length
         self.global_steps = 0
-        self.generator_seed = seed
-        self._lock = threading.Lock()
-        gen = self.model.generation_config
-        eos = gen.eos_token_id if gen is not None else None
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-        self.pad_id = (gen.pad_token_id if gen is not None else None) or 0
+        self.seed = int(seed)
+        self.eos_ids = self.generator.eos_ids
         self.calls = 0
-        self.prefix_cache = PrefixCache() if prefix_caching else None
-        self.prefill_tokens = self.reused_tokens = 0
 
-    def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
-        from verl.workers.rollout.replica import TokenOutput
-
+    def _submit(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
         max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
                       or self.response_length)
         max_new = max(1, min(max_new, self.response_length))
-        temperature = float(sampling_params.get("temperature", 1.0) or 0.0)
-        kwargs: dict[str, Any] = dict(max_new_tokens=max_new, eos_token_id=self.eos_ids or None,
-                                      pad_token_id=self.pad_id, return_dict_in_generate=True, output_scores=True)
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=float(sampling_params.get("top_p", 1.0)))
-            top_k = int(sampling_params.get("top_k", -1) or -1)
-            kwargs["top_k"] = top_k if top_k > 0 else None
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with self._lock, torch.no_grad():
-            ids = torch.tensor([prompt_ids], dtype=torch.long)
-            reused, cache = self.prefix_cache.lookup(prompt_ids) if self.prefix_cache else (0, None)
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
-                                      **kwargs)
-            new = out.sequences[0, ids.shape[1]:].tolist()
-            if self.prefix_cache is not None:
-                self.prefix_cache.store(out.sequences[0].tolist(), out.past_key_values)
-            self.prefill_tokens += len(prompt_ids) - reused
-            self.reused_tokens += reused
-            logprobs = None
-            if sampling_params.get("logprobs"):
-                scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-                logprobs = [float(x) if x == x and x != float("-inf") else -1e4 for x in scores[0].tolist()]
+        top_k = int(sampling_params.get("top_k", -1) or -1)
+        sampling = Sampling(temperature=float(sampling_params.get("temperature", 1.0) or 0.0),
+                            top_p=float(sampling_params.get("top_p", 1.0) or 1.0), top_k=max(top_k, 0),
+                            seed=self.seed)
+        seed = sampling_params.get("seed")
+        return self.queue.submit(list(prompt_ids), max_new, sampling, int(seed) if seed is not None else None)
+
+    def _output(self, generation, sampling_params: dict[str, Any]):
+        from verl.workers.rollout.replica import TokenOutput
+
         self.calls += 1
-        finished = bool(new) and new[-1] in self.eos_ids
-        return TokenOutput(token_ids=new, log_probs=logprobs[: len(new)] if logprobs is not None else None,
-                           stop_reason="completed" if finished else "length", num_preempted=0,
+        return TokenOutput(token_ids=generation.tokens,
+                           log_probs=generation.logprobs if sampling_params.get("logprobs") else None,
+                           stop_reason="completed" if generation.finished else "length", num_preempted=0,
                            extra_fields={"global_steps": self.global_steps})
+
+    def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
+        """One request, waiting for its batch (for callers in threads)."""
+        return self._output(self._submit(prompt_ids, sampling_params).result(), sampling_params)
 
     async def generate(self, request_id: str = "", *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data=None, video_data=None, **kwargs):
-        return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
+        sampling_params = dict(sampling_params)
+        generation = await asyncio.wrap_future(self._submit(list(prompt_ids), sampling_params))
+        return self._output(generation, sampling_params)
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
-        with self._lock:
-            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
-            if self.prefix_cache is not None:
-                self.prefix_cache.clear()
+        """Load the trainer's weights between batches; a sync whose names match none of the model's raises (with
+        ``strict=False`` it would silently keep the old policy)."""
+        with self.queue.lock:
+            own = self.model.state_dict()
+            loaded = [name for name in state_dict if name in own]
+            if not loaded:
+                raise ValueError(f"weight sync loaded no tensor: none of the {len(state_dict)} names sent (e.g. "
+                                 f"{sorted(state_dict)[:3]}) is a parameter of the rollout model (e.g. "
+                                 f"{sorted(own)[:3]}); the rollout policy would never change")
+            ignored = sorted(set(state_dict) - set(own))
+            if ignored:
+                logger.warning("weight sync: %d tensors the rollout model does not have were ignored (e.g. %s)",
+                               len(ignored), ignored[:3])
+            self.model.load_state_dict({name: state_dict[name] for name in loaded}, strict=False)
             if getattr(self.model.config, "tie_word_embeddings", False):
                 self.model.tie_weights()
+            self.generator.clear()
         if global_steps is not None:
             self.global_steps = global_steps
-        return len(state_dict)
+        return len(loaded)
 
     # Control methods the replica/checkpoint manager call; nothing to do for an in-memory HF model.
     async def wake_up(self): return None
@@ -350,8 +362,10 @@ class HFRolloutServerImpl:
     async def stop_profile(self): return None
 
     def stats(self) -> dict[str, int]:
-        return {"calls": self.calls, "global_steps": self.global_steps, "prefill_tokens": self.prefill_tokens,
-                "reused_tokens": self.reused_tokens}
+        gen = self.generator
+        return {"calls": self.calls, "global_steps": self.global_steps, "prefill_tokens": gen.prefill_tokens,
+                "reused_tokens": gen.reused_tokens, "generated_tokens": gen.generated_tokens,
+                "batches": self.queue.batches, "cache_bytes": gen.cache.nbytes}
 
 
 def _register_rollout() -> None:
@@ -398,7 +412,7 @@ def _replica_classes():
             server_cls = ray.remote(HFRolloutServerImpl)
             self._server_handle = server_cls.options(name=name, num_cpus=0, max_concurrency=self.max_concurrency,
                                                      lifetime=None).remote(
-                _model_path(self.model_config), self.config.response_length, "float32", self.config.seed,
+                _model_path(self.model_config), self.config.response_length, str(self.config.dtype), self.config.seed,
                 prefix_caching=bool(self.config.enable_prefix_caching))
             await self._server_handle.stats.remote()
             self._server_address = f"hf-rollout-{self.replica_rank}"

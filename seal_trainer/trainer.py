@@ -19,8 +19,7 @@ Registered as V1 trainer mode ``seal_sync`` (``trainer.v1.trainer_mode=seal_sync
 - checkpoints: ``seal_state.json`` (interface state, closed-loop window, dynamic rho) is saved in each
   ``global_step_N`` folder and restored on resume.
 
-``SealTaskRunner`` is verl's ``TaskRunnerV1`` with the SEAL registrations imported first (``seal-train``
-launches it through ``verl.trainer.main_ppo.run_ppo``).
+``seal_trainer.task_runner.SealTaskRunner`` launches it (``seal-train``, through ``verl.trainer.main_ppo.run_ppo``).
 """
 
 from __future__ import annotations
@@ -34,12 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import ray
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
 from verl.protocol import DataProto
-from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
@@ -273,14 +270,4 @@ if TRAINER_MODE not in TRAINER_REGISTRY:
     register_trainer(TRAINER_MODE)(SealPPOTrainer)
 
 
-@ray.remote
-class SealTaskRunner(TaskRunnerV1.__ray_actor_class__ if hasattr(TaskRunnerV1, "__ray_actor_class__") else object):
-    """verl's V1 task runner, with SEAL's registrations loaded in its process."""
-
-    def run(self, config):
-        import seal_trainer.plugin  # noqa: F401  (registers agent loop, estimator, trainer, cpu shims)
-
-        return super().run(config)
-
-
-__all__ = ["SealPPOTrainer", "SealTaskRunner", "TRAINER_MODE"]
+__all__ = ["SealPPOTrainer", "TRAINER_MODE"]

@@ -1,5 +1,6 @@
-"""Batched lockstep generation plays the same episodes as one-at-a-time generation, and the mechanism
-benchmark's arms evolve from the original arm's failure profile."""
+"""The shared batched generator: a batch generates what each request generates alone (greedy and seeded), greedy
+equals transformers' ``generate``, concurrent requests share batches, the prefix cache is bounded by bytes;
+lockstep episodes equal one-at-a-time episodes; the mechanism benchmark's arms evolve from the original profile."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from seal_envs.env import ToolUseEnv
 from seal_envs.evaluation.batch_generate import Sampling, load_generator
 from seal_envs.evaluation.batched import Job, Limits, play_episodes
-from seal_envs.interface import InterfaceState
 from seal_envs.spec import load_domain
 from seal_trainer.tiny import build_tiny_model
 
@@ -56,12 +56,93 @@ def test_batched_greedy_matches_one_at_a_time(tiny, tasks):
     assert len(made) == 4 and all(env._done and env._sandbox is None for env in made)  # ended and closed
 
 
-def test_sampled_runs_are_reproducible(tiny, tasks):
+def test_sampled_runs_are_reproducible_whatever_the_batch(tiny, tasks):
     sampling = Sampling(temperature=1.0, seed=3)
     first, _ = _play(tiny, tasks[:2], batch_size=4, sampling=sampling)
     second, _ = _play(tiny, tasks[:2], batch_size=4, sampling=sampling)
-    assert [o.actions for o in first] == [o.actions for o in second]
+    alone, _ = _play(tiny, tasks[:2], batch_size=1, sampling=sampling)
+    assert [o.actions for o in first] == [o.actions for o in second] == [o.actions for o in alone]
     assert len({o.actions[0] for o in first}) > 1  # sampled, not greedy
+
+
+PROMPTS = [list(range(10, 70)), list(range(10, 40)) + [7, 8, 9], list(range(10, 70)), [3, 4]]
+LIMITS = [24, 9, 16, 12]
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=1.0, top_p=0.9, top_k=40)],
+                         ids=["greedy", "seeded"])
+def test_a_batch_generates_what_each_request_generates_alone(tiny, sampling):
+    _, generator = load_generator(tiny)
+    together = generator.generate(PROMPTS, LIMITS, sampling, seeds=[11, 12, 13, 14])
+    generator.clear()
+    alone = [generator.generate([p], [n], sampling, seeds=[s])[0] for p, n, s in zip(PROMPTS, LIMITS, [11, 12, 13, 14])]
+    assert [g.tokens for g in together] == [g.tokens for g in alone]
+    assert [g.finished for g in together] == [g.finished for g in alone]
+    for a, b in zip(together, alone):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4) and len(a.logprobs) == len(a.tokens)
+        assert all(lp <= 0 for lp in a.logprobs)
+    assert all(len(g.tokens) == n or g.finished for g, n in zip(together, LIMITS))
+
+
+def test_greedy_decoding_equals_transformers_generate(tiny):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _, generator = load_generator(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    ours = generator.generate(PROMPTS, LIMITS, Sampling())
+    for prompt, limit, got in zip(PROMPTS, LIMITS, ours):
+        reference = model.generate(torch.tensor([prompt]), max_new_tokens=limit, do_sample=False,
+                                   eos_token_id=generator.eos_ids, pad_token_id=generator.pad_id)[0, len(prompt):]
+        assert got.tokens == reference.tolist()[: len(got.tokens)] and len(got.tokens) in (limit, len(reference))
+
+
+def test_different_seeds_sample_different_tokens(tiny):
+    _, generator = load_generator(tiny)
+    runs = generator.generate([PROMPTS[0]] * 4, [16] * 4, Sampling(temperature=1.0), seeds=[1, 2, 3, 1])
+    assert runs[0].tokens == runs[3].tokens and len({tuple(r.tokens) for r in runs}) == 3
+    assert generator.prefill_tokens == len(PROMPTS[0]) - 1  # the shared prompt is prefilled once
+
+
+def test_concurrent_requests_are_decoded_together(tiny):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seal_envs.evaluation.batch_generate import GenerationQueue
+
+    _, generator = load_generator(tiny)
+    queue = GenerationQueue(generator, gather_s=0.05)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: queue.generate(PROMPTS[i % 4], LIMITS[i % 4], Sampling(), seed=i), range(8)))
+    assert queue.requests == 8 and queue.batches < 8
+    generator.clear()
+    assert [g.tokens for g in got] == [generator.generate([PROMPTS[i % 4]], [LIMITS[i % 4]], Sampling())[0].tokens
+                                       for i in range(8)]
+    failing = queue.submit([1], 4)  # a bad request fails its caller, not the queue
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        failing.result()
+    assert queue.generate(PROMPTS[0], 4).tokens == got[0].tokens[:4]
+
+
+def test_the_prefix_cache_is_bounded_by_bytes_and_shares_without_copying():
+    import torch
+    from seal_envs.prefix_cache import PrefixCache, cache_of
+
+    def cache(n):  # 2 layers of 1 x 1 x n x 4 float32: 64 bytes per token
+        return cache_of([(torch.arange(n * 4.).view(1, 1, n, 4), torch.zeros(1, 1, n, 4)) for _ in range(2)])
+
+    prefix = PrefixCache(max_bytes=64 * 25)
+    prefix.store(list(range(10)), cache(10))
+    prefix.store(list(range(12)), cache(12))  # extends the first: replaces it
+    assert len(prefix) == 1 and prefix.nbytes == 64 * 12
+    reused, view = prefix.lookup(list(range(8)) + [99])
+    assert reused == 8 and view.get_seq_length() == 8
+    assert view.layers[0].keys.untyped_storage().data_ptr() == prefix._entries[0][1].layers[0].keys.untyped_storage().data_ptr()
+    prefix.store([50 + i for i in range(12)], cache(12))  # 24 tokens held: both fit
+    assert len(prefix) == 2
+    prefix.store([80 + i for i in range(5)], cache(5))  # 29 > 25: the least recently used goes
+    assert len(prefix) == 2 and prefix.nbytes <= 64 * 25 and prefix.lookup(list(range(12)))[0] == 0
+    prefix.store(list(range(30)), cache(30))  # larger than the whole budget: nothing is kept
+    assert len(prefix) == 0
 
 
 def _mechanism():
@@ -114,3 +195,21 @@ def test_mechanism_weight_table_per_label_and_tag():
     assert table["labels"]["spurious_tool_call"] == {**table["labels"]["spurious_tool_call"], "rollouts": 2,
                                                      "with_gradient": 0, "w_fixed": 2.0, "w_fixed_grad": None}
     assert table["labels"]["pass"]["with_gradient"] == 1
+
+
+def test_the_compute_dtype_follows_the_cpus_bf16_units(tiny, monkeypatch):
+    import torch
+
+    from seal_envs.evaluation import batch_generate
+    from seal_envs.evaluation.batch_generate import compute_dtype, model_generator
+
+    for units, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(batch_generate, "cpu_has_bf16_units", lambda units=units: units)
+        assert compute_dtype("auto") == expected
+    assert compute_dtype("float32") == "float32"
+    with pytest.raises(ValueError, match="auto, float32 or bfloat16"):
+        compute_dtype("fp8")
+    generator = model_generator(tiny, dtype="bfloat16")  # the bf16 path decodes (slowly without bf16 units)
+    assert generator.model.dtype == torch.bfloat16
+    out = generator.generate(PROMPTS[:2], [6, 6], Sampling(temperature=1.0), seeds=[1, 2])
+    assert all(len(g.tokens) == len(g.logprobs) > 0 and all(lp <= 0 for lp in g.logprobs) for g in out)

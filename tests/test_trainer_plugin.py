@@ -24,3 +24,14 @@ def test_verl_registries_hold_seal_names():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_the_cpu_shim_announces_a_cuda_call_it_does_not_implement(caplog):
+    from seal_trainer.cpu import CPU_DEVICE
+
+    assert CPU_DEVICE.device_count() == 1 and CPU_DEVICE.memory_allocated() == 0  # implemented: silent
+    with caplog.at_level("WARNING", logger="seal_trainer.cpu"):
+        assert CPU_DEVICE.graph_pool_handle_for_test() is None
+        CPU_DEVICE.graph_pool_handle_for_test()
+    lines = [r.getMessage() for r in caplog.records if "graph_pool_handle_for_test" in r.getMessage()]
+    assert len(lines) == 1 and "does nothing here" in lines[0]

@@ -66,7 +66,7 @@ def evaluate(model_path: str | Path, tasks, *, max_steps_per_turn: int = 4, max_
     for r in records:
         by_cat.setdefault(r.category, []).append(r.passed)
     summary = {
-        "model": str(model_path),
+        "model": Path(model_path).name,
         "n_tasks": len(records),
         "success_rate": sum(r.passed for r in records) / max(1, len(records)),
         "turn_pass_rate": labels.get("pass", 0) / total,

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from seal_envs.env import ToolUseEnv
-from seal_envs.evaluation.batch_generate import BatchGenerator, Sampling
+from seal_envs.evaluation.batch_generate import BatchGenerator, Sampling, row_seed
 from seal_envs.tool_template import chat_prompt_ids
 
 
@@ -82,7 +82,6 @@ def play_episodes(make_env: Callable[[], ToolUseEnv], jobs: Sequence[Job], token
     live: list[tuple[int, _Live]] = []
     idle: list[ToolUseEnv] = []
     envs: list[ToolUseEnv] = []
-    round_ = 0
 
     def finish(index: int, episode: _Live) -> None:
         outcomes[index] = episode.outcome
@@ -116,8 +115,8 @@ def play_episodes(make_env: Callable[[], ToolUseEnv], jobs: Sequence[Job], token
             live = []
             if not playing:
                 continue
-            generations = generator.generate(prompts, budgets, sampling, step=round_)
-            round_ += 1
+            seeds = [row_seed(sampling.seed, index, len(episode.outcome.actions)) for index, episode in playing]
+            generations = generator.generate(prompts, budgets, sampling, seeds=seeds)
             for (index, episode), generation in zip(playing, generations):
                 text = tokenizer.decode(generation.tokens, skip_special_tokens=True)
                 if _step(episode, text, generation.finished or not limits.end_on_cap):

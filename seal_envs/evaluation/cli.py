@@ -80,9 +80,8 @@ def policy_factory(config: EvalConfig) -> Callable[[], Any]:
     if config.policy == "hf":
         if not config.model:
             raise SystemExit("seal-eval: --policy hf needs --model (a local Hugging Face model folder)")
-        local = policies.Serialized(policies.HFPolicy(policies.HFConfig(config.model, config.max_tokens,
-                                                                        config.temperature,
-                                                                        tool_format=config.tool_format)))
+        local = policies.HFPolicy(policies.HFConfig(config.model, config.max_tokens, config.temperature,
+                                                    tool_format=config.tool_format))
         return lambda: local
     raise SystemExit(f"seal-eval: unknown policy {config.policy!r}")
 

@@ -4,15 +4,14 @@
 - ``ReplayPolicy``: a script of calls per turn (by default the task's ground truth); each turn sends its calls
   in one message, then a short text answer. Used to prove the pipeline scores 100.
 - ``OpenAIPolicy``: an OpenAI-compatible ``/chat/completions`` endpoint with ``tools=`` (urllib only).
-- ``HFPolicy``: a local Hugging Face model, prompted through its chat template with ``tools=``.
-- ``Serialized``: one policy shared by ``seal-eval``'s worker threads, one request at a time.
+- ``HFPolicy``: a local Hugging Face model, prompted through its chat template with ``tools=``; one instance is
+  shared by ``seal-eval``'s worker threads, whose concurrent requests are decoded together.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from seal_envs.formats import DEFAULT_TOOL_FORMAT, ToolFormat, get_tool_format
-from seal_envs.prefix_cache import PrefixCache
 from seal_envs.spaces import Message
 from seal_envs.task import Task, ToolCall
 from seal_envs.tool_template import chat_prompt_ids, ensure_tool_template
@@ -71,24 +69,6 @@ class ReplayPolicy:
         answer = DONE_TEXT if calls else ABSTAIN_TEXT
         required = self._required[turn] if turn < len(self._required) else ()
         return f"{answer} {'; '.join(required)}" if required else answer
-
-
-class Serialized:
-    """One policy shared by worker threads that answers one request at a time: a local model (and its prefix
-    cache) is not thread-safe, and loading it once per worker would multiply its memory. The episodes' tools
-    still run concurrently. Only for policies whose ``start`` keeps no per-episode state."""
-
-    def __init__(self, policy: Policy):
-        self.policy = policy
-        self._lock = threading.Lock()
-
-    def start(self, task: Task) -> None:
-        with self._lock:
-            self.policy.start(task)
-
-    def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
-        with self._lock:
-            return self.policy.act(messages, tools, turn)
 
 
 def to_openai_messages(messages: Sequence[Message],
@@ -178,37 +158,40 @@ class HFConfig:
     temperature: float = 0.0  # 0: greedy
     device: str | None = None  # None: cuda if available, else cpu
     tool_format: str = DEFAULT_TOOL_FORMAT  # SEAL's tool template of this format where the model's drops tools=
+    dtype: str = "auto"  # auto: bf16 on a GPU with bf16 or a CPU with bf16 units, else fp32
+    seed: int = 0  # sampled runs: each request's seed derives from it and the prompt, whatever shares its batch
 
 
 class HFPolicy:
+    """A local model behind the shared batched generator (``seal_envs.evaluation.batch_generate``): thread-safe,
+    so ``seal-eval``'s workers share one copy of the model and their requests are decoded together."""
+
     def __init__(self, config: HFConfig):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from seal_envs.evaluation.batch_generate import GenerationQueue, Sampling, model_generator
 
         self.config = config
-        self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
         ensure_tool_template(self.tokenizer, config.model_path, config.tool_format)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model_path).to(self.device).eval()
-        self.prefix_cache = PrefixCache()  # each turn re-sends the conversation; reuse its keys/values
+        generator = model_generator(config.model_path, dtype=config.dtype, device=device,
+                                    fallback_eos=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
+        self.queue = GenerationQueue(generator)
+        self.sampling = Sampling(temperature=config.temperature, seed=config.seed)
 
     def start(self, task: Task) -> None:
         pass
 
     def act(self, messages: Sequence[Message], tools: list[dict[str, Any]], turn: int) -> str:
-        import torch
+        import zlib
 
-        ids = torch.tensor([chat_prompt_ids(self.tokenizer, messages, tools)], device=self.device)
-        sampling = {"do_sample": True, "temperature": self.config.temperature} if self.config.temperature > 0 else {
-            "do_sample": False}
-        _, cache = self.prefix_cache.lookup(ids[0].tolist())
-        with torch.no_grad():
-            output = self.model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
-                                         max_new_tokens=self.config.max_new_tokens, return_dict_in_generate=True,
-                                         pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-                                         **sampling)
-        self.prefix_cache.store(output.sequences[0].tolist(), output.past_key_values)
-        new = output.sequences[0, ids.shape[1]:].tolist()
+        from seal_envs.evaluation.batch_generate import row_seed
+
+        ids = chat_prompt_ids(self.tokenizer, messages, tools)
+        seed = row_seed(self.config.seed, zlib.crc32(json.dumps(ids).encode()))
+        new = self.queue.generate(ids, self.config.max_new_tokens, self.sampling, seed).tokens
         stop = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} - {None}
         while new and new[-1] in stop:
             new.pop()

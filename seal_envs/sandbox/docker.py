@@ -22,16 +22,16 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import docker
 import docker.errors
-import requests.exceptions
 from docker.types import LogConfig
 
 from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig, SandboxError, unreadable_state
 from seal_envs.sandbox.image import SERVER_SOURCE, ImageSpec, ground_truth_paths, minimal_cover, resolve_image
-from seal_envs.sandbox.reaper import LABEL, owner_labels
+from seal_envs.sandbox.reaper import DOCKER_FAULTS, LABEL, owner_labels, remove_containers
 from seal_envs.sandbox.server import CALL_REPLY_LIMIT_FACTOR
 
 SERVER_IN_CONTAINER = "/opt/seal/server.py"
@@ -39,7 +39,6 @@ START_TIMEOUT_S = 60.0  # first ping: the daemon may be busy starting many conta
 SNAPSHOT_REPLY_LIMIT = 64 << 20  # states can be large (BFCL file systems); calls are capped far lower
 STDERR_TAIL_BYTES = 4096
 SUPERVISOR_GRACE_S = 5.0  # beyond a call and its rebuild (two call timeouts): the supervisor itself is stuck
-DOCKER_FAULTS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
 # ------------------------------------------------------------------------------------- per-process client
@@ -95,27 +94,20 @@ def docker_client(timeout_s: float | None = None) -> docker.DockerClient:
         return _client
 
 
-def remove_containers(client: docker.DockerClient, container_ids: list[str]) -> None:
-    """Force-remove containers in parallel (one by one, 64 would take seconds)."""
-    def remove(container_id: str) -> None:
-        try:
-            client.api.remove_container(container_id, force=True)
-        except docker.errors.NotFound:
-            pass
-        except DOCKER_FAULTS:
-            pass  # the reaper removes it later
-    threads = [threading.Thread(target=remove, args=(cid,), daemon=True) for cid in container_ids]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+_before_sweep: list[Callable[[], object]] = []
+
+
+def before_sweep(hook: Callable[[], object]) -> None:
+    """Run ``hook`` at exit before this process's containers are removed (the pools stop their prestarts there,
+    so that no container starts after the sweep)."""
+    if hook not in _before_sweep:
+        _before_sweep.append(hook)
 
 
 def close_all_sandboxes() -> None:
     """Remove every container this process still owns (registered with atexit)."""
-    from seal_envs.sandbox.pool import close_all_pools
-
-    close_all_pools()  # first stop the pools' prestarts, so no container starts after this sweep
+    for hook in list(_before_sweep):
+        hook()
     with _live_lock:
         sandboxes = list(_live.values())
         _live.clear()

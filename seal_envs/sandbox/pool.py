@@ -158,11 +158,12 @@ def _make_pool(config: SandboxConfig) -> SandboxPool:
 
         return SandboxPool(lambda: InProcessSandbox(config), config, prestart=False)
     if config.backend == "docker":
-        from seal_envs.sandbox.docker import DockerSandbox, docker_client
+        from seal_envs.sandbox.docker import DockerSandbox, before_sweep, docker_client
         from seal_envs.sandbox.reaper import reap
 
-        docker_client(config.daemon_timeout_s)  # fail here, with advice, when the daemon is unreachable
-        return SandboxPool(lambda: DockerSandbox(config), config, on_start=reap)
+        client = docker_client(config.daemon_timeout_s)  # fail here, with advice, when the daemon is unreachable
+        before_sweep(close_all_pools)
+        return SandboxPool(lambda: DockerSandbox(config), config, on_start=lambda: reap(client))
     raise ValueError(f"unknown sandbox backend {config.backend!r}; use 'docker' or 'inprocess'")
 
 
