@@ -152,10 +152,12 @@ def test_container_removed_from_outside_is_infrastructure(pool, docker_daemon):
 
 def test_tmpfs_write_works_and_new_python_paths_are_mounted(pool, tmp_path):
     (tmp_path / "extra_mod.py").write_text("class Extra:\n    def hi(self):\n        return 'hi'\n")
+    (tmp_path / "extra_mod.py").chmod(0o600)
+    (tmp_path / "tasks.json").write_text("{}")
     box = pool.acquire()
-    with pytest.raises(ValueError, match="chmod o\\+rx"):  # pytest's tmp dirs are private to root
+    with pytest.raises(ValueError, match="o\\+r its files"):  # nobody could not read the module in the container
         box.reset({"extra_mod:Extra": None}, [str(tmp_path)])
-    tmp_path.chmod(0o755)
+    (tmp_path / "extra_mod.py").chmod(0o644)  # its private folder is fine: only the module is bound
     box.reset(CLASSES, PATHS)
     assert call(box, "write_file", path="/tmp/ok").output == "written"
     box.reset({"extra_mod:Extra": None, **CLASSES}, [*PATHS, str(tmp_path)])  # restarts once with the mount

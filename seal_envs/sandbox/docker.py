@@ -34,7 +34,8 @@ import requests.exceptions
 from docker.types import LogConfig, Mount
 
 from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig, SandboxError, unreadable_state
-from seal_envs.sandbox.image import SERVER_SOURCE, ImageSpec, ground_truth_paths, minimal_cover, resolve_image
+from seal_envs.sandbox.image import (SERVER_SOURCE, ImageSpec, domain_folders, ground_truth_paths, minimal_cover,
+                                     resolve_image, tool_module_paths)
 from seal_envs.sandbox.reaper import LABEL, owner_labels
 from seal_envs.sandbox.server import CALL_REPLY_LIMIT_FACTOR, SNAPSHOT_LIMIT, checked_reply
 
@@ -66,7 +67,7 @@ _client: docker.DockerClient | None = None
 _client_lock = threading.Lock()
 _live: dict[str, DockerSandbox] = {}  # container id -> sandbox, removed at interpreter exit
 _live_lock = threading.Lock()
-_extra_mounts: set[str] = set()  # python_paths seen by this process, mounted into every new container
+_tool_modules: set[str] = set()  # domains' tool modules seen by this process, mounted into every new container
 _starts: threading.BoundedSemaphore | None = None  # container starts in flight, see SandboxConfig.max_starts
 
 
@@ -155,6 +156,11 @@ def _register_exit_hook() -> None:
         multiprocessing.util.Finalize(None, close_all_sandboxes, exitpriority=100)
 
 
+def _under(path: str, folders: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``path`` is one of ``folders`` or inside one."""
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
 def _error_text(reply: dict[str, Any]) -> str:
     error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
     return f"{error.get('type', 'ProtocolError')}: {error.get('message')}"
@@ -183,15 +189,25 @@ class DockerSandbox(Sandbox):
 
     # -------------------------------------------------------------- container lifecycle
 
-    def _mounts(self) -> tuple[str, ...]:
-        return minimal_cover([*self.image.mounts, *(p for p in _extra_mounts if os.path.exists(p))])
+    def _mounts(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What to bind (the image's mounts and the tool modules seen so far) and which domain folders under
+        the image's mounts to shadow: a domain folder shows tool code only the modules its tools name."""
+        base = minimal_cover(self.image.mounts)
+        shadows = domain_folders(base)
+        modules = [m for m in minimal_cover(_tool_modules) if os.path.exists(m)
+                   and (not _under(m, base) or _under(m, shadows))]
+        return (*base, *modules), shadows
+
+    def _shows(self, path: str) -> bool:
+        """Whether ``path`` is visible in this container."""
+        return path in self._mounted or (_under(path, self._mounted) and not _under(path, self._shadows))
 
     def _masks(self) -> tuple[list[Mount], dict[str, str]]:
-        """Ground truth under the mounts, made unreadable: files shadowed by /dev/null (binds), folders by an
-        empty read-only tmpfs."""
-        hidden = ground_truth_paths(self._mounted)
+        """Ground truth under the mounts, made unreadable: domain folders and answer folders by an empty
+        read-only tmpfs, task files in what is still shown by /dev/null."""
+        hidden = [p for p in ground_truth_paths(self._mounted) if not _under(p, self._shadows)]
         return ([Mount(path, os.devnull, type="bind", read_only=True) for path in hidden if os.path.isfile(path)],
-                {path: "ro,size=4k" for path in hidden if os.path.isdir(path)})
+                {path: "ro,size=4k" for path in [*hidden, *self._shadows] if os.path.isdir(path)})
 
     def _start(self) -> None:
         """Create and start the container, then wait for its supervisor to connect to our socket.
@@ -200,7 +216,8 @@ class DockerSandbox(Sandbox):
         instead of being recreated by the daemon as an empty root-owned folder."""
         self._dead: CallResult | None = None
         self._buffer = bytearray()  # bytes received and not yet split into lines
-        self._mounted = self._mounts()
+        self._mounted, self._shadows = self._mounts()
+        self._inodes = {path: os.stat(path).st_ino for path in self._mounted if os.path.isfile(path)}
         api, config = self._client.api, self.config
         channel_dir = tempfile.mkdtemp(prefix="seal-sb-")  # 0700: nobody in the container cannot enter
         listener = socket.socket(socket.AF_UNIX)
@@ -397,7 +414,7 @@ class DockerSandbox(Sandbox):
                              f"{SNAPSHOT_LIMIT - 1024} (a task state this large cannot be loaded)")
         with self._lock:
             self._require_alive(request["op"])
-            self._mount(paths)
+            self._mount(tool_module_paths(paths, [*request.get("classes", {}), *request.get("targets", ())]))
             try:
                 reply = self._request(request, self._deadline_s, SNAPSHOT_REPLY_LIMIT, flags=("sandbox",))
             except _Failed as failed:
@@ -419,17 +436,20 @@ class DockerSandbox(Sandbox):
                                      "code": code}, "import the domain's code")
         return dict(reply["problems"])
 
-    def _mount(self, paths: list[str]) -> None:
-        """Make ``paths`` visible in the container: new ones are added to every later container, and this one
-        is restarted with them (once per new domain and warm container)."""
-        missing = [p for p in paths if os.path.exists(p) and minimal_cover([*self._mounted, p]) != self._mounted]
-        if not missing:
+    def _mount(self, modules: tuple[str, ...]) -> None:
+        """Make a domain's tool modules visible in the container (nothing else of its folder): new ones are
+        added to every later container, and this one is restarted with them (once per new domain and warm
+        container)."""
+        missing = [m for m in modules if not self._shows(m)]
+        replaced = [m for m in modules if m in self._inodes and os.stat(m).st_ino != self._inodes[m]]
+        if not missing and not replaced:  # a bind pins a file's inode: a file replaced on disk needs a restart
             return
         for path in missing:
-            if os.stat(path).st_mode & 0o005 != 0o005:
-                raise ValueError(f"python path {path} is not readable by the sandbox user (nobody): "
-                                 f"`chmod o+rx {path}` (and o+r on its files)")
-        _extra_mounts.update(missing)
+            wanted = 0o005 if os.path.isdir(path) else 0o004
+            if os.stat(path).st_mode & wanted != wanted:
+                raise ValueError(f"tool module {path} is not readable by the sandbox user (nobody): "
+                                 f"`chmod o+rx` its folders and o+r its files")
+        _tool_modules.update(missing)
         self.close()
         self._start()
 
