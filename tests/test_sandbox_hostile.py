@@ -236,6 +236,90 @@ def test_only_the_tool_modules_of_a_domain_folder_are_mounted(docker_daemon, tmp
     assert all(tool_output(c) == [] for c in contents[1:]), contents
 
 
+HANG = "import time; time.sleep(30)"
+SLOW = "import time; time.sleep(0.3)"
+
+
+@pytest.mark.docker
+def test_one_deadline_bounds_a_step_whatever_hangs(docker_daemon):
+    """Slow calls, then hanging ones whose rebuilds replay the slow ones: the step ends within its budget
+    (before: each hang cost a call timeout plus a replay, 10-40 s); calls past it are not run."""
+    config = SandboxConfig(call_timeout_s=2.0, step_timeout_s=3.0, pool_size=1)
+    env = ToolUseEnv(domain=HOSTILE, sandbox=config)
+    calls = [ToolCall("run_code", {"code": SLOW})] * 3 + [ToolCall("run_code", {"code": HANG})] * 5
+    try:
+        env.reset(options={"task_id": env.tasks[0].id})
+        start = time.monotonic()
+        observation, _, _, _, info = env.step("".join(format_tool_call(c) for c in calls))
+        seconds = time.monotonic() - start
+    finally:
+        env.close()
+    errors = [str(tool_output(m["content"]).get("error", "")) for m in observation if m["role"] == "tool"]
+    assert all(e.split(":")[0] in ("Timeout", "StepTimeout") for e in errors[3:]) and errors[-1].startswith(
+        "StepTimeout"), errors
+    assert not info["infrastructure_error"]
+    # the budget plus round trips and one rebuild's grace on a loaded 2-core machine (5 x 2 s + replays before)
+    assert seconds < config.step_timeout_s + 2.0, seconds
+
+
+def test_malformed_inputs_are_errors_that_name_the_fix(tmp_path):
+    """A deeply nested tools.json is a spec error naming the file; a task_id that is not a string a
+    ValueError; a request over the supervisor's limit makes it exit, not spin."""
+    from seal_envs.sandbox.image import SERVER_SOURCE
+
+    nested = tmp_path / "tools.json"
+    nested.write_text('{"domain": "x", "tools": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SpecError, match="nested too deeply") as raised:
+        load_domain(nested)
+    assert str(nested) in str(raised.value)
+    env = ToolUseEnv(domain=HOSTILE, sandbox="inprocess")
+    with pytest.raises(ValueError, match="task_id must be a string"):
+        env.reset(options={"task_id": ["x"]})
+    env.close()
+    server = subprocess.Popen([sys.executable, str(SERVER_SOURCE), "3", "4096"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        server.stdin.write(b"[" * (65 << 20))  # no newline: the line only grows
+        server.stdin.flush()
+    except BrokenPipeError:
+        pass
+    assert server.wait(timeout=30) == 0  # it left (the host broke the protocol) instead of spinning
+
+
+@pytest.mark.docker
+def test_an_oversized_task_state_is_the_tasks_error_at_once(docker_daemon):
+    from seal_envs.sandbox.docker import DockerSandbox
+
+    box = DockerSandbox(CONFIG)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ValueError, match="over the sandbox's limit"):
+            box.reset({"hostile_api:Store": {"value": "x" * (70 << 20)}}, [str(HOSTILE)])
+        assert time.monotonic() - start < 5  # before: 48 s, then masked as ours
+        box.reset({"hostile_api:Store": None}, [str(HOSTILE)])  # the sandbox is still good
+    finally:
+        box.close()
+
+
+@pytest.mark.docker
+def test_a_slow_import_during_resolve_is_not_cached(docker_daemon, tmp_path):
+    from seal_envs.resolve import resolve_targets
+
+    package = tmp_path / "slow_mod"  # a package: its whole folder is mounted, so the marker's removal shows
+    package.mkdir()
+    marker = package / "slow"
+    (package / "__init__.py").write_text(f"import os, time\nif os.path.exists({str(marker)!r}):\n"
+                                         "    time.sleep(30)\nclass Slow:\n    def go(self):\n        return 1\n")
+    marker.write_text("")
+    for path in (tmp_path, package, *package.iterdir()):
+        path.chmod(0o755)
+    config = SandboxConfig(call_timeout_s=1.0, pool_size=0)
+    first = resolve_targets(["slow_mod:Slow.go"], [str(tmp_path)], "slow-1", config)
+    assert "took over" in first["slow_mod:Slow.go"]
+    marker.unlink()  # the import is fast now (as when the machine is no longer loaded)
+    assert resolve_targets(["slow_mod:Slow.go"], [str(tmp_path)], "slow-1", config) == {}
+
+
 # ------------------------------------------------------------------------------ host safety
 
 

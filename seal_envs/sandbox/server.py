@@ -449,12 +449,19 @@ class Supervisor:
         key = (str(reset.get("code", "")), *python_paths)
         modules = sorted({path.split(":")[0] for path in [*reset.get("classes", {}), *reset.get("targets", ())]})
         for attempt in range(2):
+            fresh = key not in self.zygotes or not _runnable(self.zygotes[key][0])
             control = self._zygote(key, python_paths, modules)
-            control.settimeout(max(0.001, min(ZYGOTE_ANSWER_S, deadline - time.monotonic())))
+            left = max(0.001, deadline - time.monotonic())  # a fresh zygote imports the domain first: its time
+            control.settimeout(left if fresh else min(ZYGOTE_ANSWER_S, left))
             try:
                 control.sendall(b"s")
                 message, fds, _, _ = socket.recv_fds(control, 8, 1)
-            except OSError:  # timeout included
+            except TimeoutError:
+                if fresh:  # the domain's import is slow: the domain's fault, reported as such
+                    self._drop_zygote(key)
+                    raise
+                message, fds = b"", []
+            except OSError:
                 message, fds = b"", []
             if fds:
                 return Worker(int.from_bytes(message, "little"), socket.socket(fileno=fds[0]))
@@ -513,6 +520,8 @@ class Supervisor:
         self._end_episode()
         try:
             self.worker = self._spawn(reset, deadline)
+        except TimeoutError:  # the domain's import outlasted the deadline
+            raise
         except OSError as exc:  # fork failed (pids limit) or the zygote's socket broke
             raise SandboxUnavailable(f"could not start an episode process: {exc}") from exc
         return self.worker.request(reset, deadline, SNAPSHOT_LIMIT)
