@@ -322,7 +322,7 @@ class DockerSandbox(Sandbox):
             if remaining <= 0:
                 raise TimeoutError
             self._socket.settimeout(remaining)  # poll() underneath: no FD_SETSIZE limit as with select()
-            data = self._socket.recv(1 << 20)
+            data = self._socket.recv(1 << 16)
             if not data:
                 raise EOFError
             self._buffer += data
