@@ -5,13 +5,17 @@
 Prints container start, warm-pool reset, call round trip (median/p99), calls/s with N concurrent
 sandboxes driven from threads, env steps/s on the ledger test domain, memory per sandbox, and N concurrent
 ground-truth episodes (``--episodes-concurrency``): exceptions, episodes not scoring 1.0, step latency.
-To compare with another checkout, run this file with that checkout first on PYTHONPATH.
+To compare with another checkout in the same run (same daemon, same load), pass ``--before PATH``: the
+figures are measured first with PATH's library, then with this one's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -206,7 +210,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--episodes-concurrency", type=int, default=0, help="N concurrent env episodes (0: skip)")
     parser.add_argument("--episodes-seconds", type=float, default=30.0)
+    parser.add_argument("--before", help="a checkout whose library is measured first, in the same run")
     args = parser.parse_args()
+    if args.before:
+        argv = [a for i, a in enumerate(sys.argv[1:]) if a != "--before" and sys.argv[i] != "--before"]
+        print(f"== before: the library of {args.before}", flush=True)
+        subprocess.run([sys.executable, __file__, *argv], check=True,
+                       env={**os.environ, "PYTHONPATH": os.path.abspath(args.before)})
+    import seal_envs
+
+    print(f"== measuring the library at {Path(seal_envs.__file__).parent.parent}", flush=True)
     top = max(args.concurrency)
     docker_config = SandboxConfig(pool_size=4)
     local_config = SandboxConfig(backend="inprocess", pool_size=4)

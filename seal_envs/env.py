@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -175,6 +176,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
     # ------------------------------------------------------------------ episode
 
     def _task_by_id(self, task_id: str) -> Task:
+        if not isinstance(task_id, str):
+            raise ValueError(f"task_id must be a string naming a task, not {type(task_id).__name__} {task_id!r:.100}")
         if task_id not in self._tasks_by_id:
             sample = ", ".join(list(self._tasks_by_id)[:5])
             raise ValueError(f"unknown task_id {task_id!r}; this env has {len(self.tasks)} tasks, e.g. {sample}")
@@ -200,7 +203,8 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             except SandboxError as exc:  # no sandbox starts: retrying would only wait for the daemon again
                 return self._no_sandbox(task, str(exc))
             try:
-                reference = REFERENCES.get(task, self._sandbox, self.tools, self.python_paths, self.protocol, self._code)
+                with get_pool(self.sandbox_config).pristine() as pristine:  # never where agent code ran
+                    reference = REFERENCES.get(task, pristine, self.tools, self.python_paths, self.protocol, self._code)
                 self._sandbox.reset(episode_classes(task, self.tools), self.python_paths, self._code)
                 return reference
             except SandboxError as exc:  # e.g. a warm sandbox that died with a restarted daemon: take another
@@ -261,14 +265,19 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             **extra,
         }
 
-    def _execute(self, call: ToolCall) -> tuple[CallRecord, CallResult | None]:
+    def _execute(self, call: ToolCall, deadline: float) -> tuple[CallRecord, CallResult | None]:
         tool = self.protocol.resolve(call, self._task, self._available, self.tools)
         if isinstance(tool, str):
             return CallRecord(self._steps_in_turn, "unknown_tool", call, error=tool), None
         violations = schema_violations(tool, call.arguments, self.parse_limits.pattern_timeout_s)
-        result = self._sandbox.call(tool.implementation, call.arguments)
+        left = deadline - time.monotonic()
+        if left <= 0:  # earlier calls of this step used its whole budget (SandboxConfig.step_timeout_s)
+            result = CallResult(ok=False, error_type="StepTimeout", error="not run: this step's calls took over "
+                                f"{self.sandbox_config.step_timeout_s:g} s")
+        else:
+            result = self._sandbox.call(tool.implementation, call.arguments, timeout_s=left)
         if not result.infrastructure and not self._sandbox.alive:
-            result = self._recover_from_tool_death(result)
+            result = self._recover_from_tool_death(result, deadline)
         if result.infrastructure:
             outcome = "infrastructure_error"
         elif not result.ok:
@@ -281,16 +290,20 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                             backend=tool.class_path)
         return record, result
 
-    def _recover_from_tool_death(self, result: CallResult) -> CallResult:
+    def _recover_from_tool_death(self, result: CallResult, deadline: float) -> CallResult:
         """A tool hung, crashed or exhausted its limits and took its sandbox down: that is the tool's (or the
         agent's) failure, not ours. Rebuild the episode's state in a fresh sandbox by replaying the calls that
-        succeeded so far (tools are deterministic), and report the call as failed."""
+        succeeded so far (tools are deterministic), within the step's deadline, and report the call as failed
+        (a replay the deadline cut short leaves a state that fails the turn: still the tool's doing)."""
         self._sandbox_failed()
         try:
             self._sandbox = get_pool(self.sandbox_config).acquire()
             self._sandbox.reset(episode_classes(self._task, self.tools), self.python_paths, self._code)
             for target, arguments in self._executed:
-                if self._sandbox.call(target, arguments).infrastructure:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if self._sandbox.call(target, arguments, timeout_s=left).infrastructure:
                     raise SandboxError("replay into the replacement sandbox failed")
         except (SandboxError, ValueError) as exc:
             return CallResult(ok=False, error_type="SandboxLost", error=str(exc), infrastructure=True)
@@ -320,8 +333,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             if recovering:
                 content = json.dumps({"error": f"ParseError: {error.reason}"})
                 observation.append(self._tool_message(record, content, "parse_error"))
+        deadline = time.monotonic() + self.sandbox_config.step_timeout_s
         for call in parsed.calls:
-            record, result = self._execute(call)
+            record, result = self._execute(call, deadline)
             self._records.append(record)
             if record.outcome == "infrastructure_error":
                 self._sandbox_failed()

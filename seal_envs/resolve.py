@@ -45,7 +45,8 @@ def resolve_targets(targets: Sequence[str], python_paths: Sequence[str], code: s
         pool.discard(sandbox)
         raise
     except ValueError as exc:  # importing the domain's code hung or killed its process: every target is unusable
-        problems = {target: str(exc) for target in targets}
+        pool.release(sandbox)  # not cached: a slow import under load may succeed the next time
+        return {target: str(exc) for target in targets}
     pool.release(sandbox)
     with _cache_lock:
         _cache[key] = problems

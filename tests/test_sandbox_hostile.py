@@ -80,25 +80,70 @@ def test_forged_replies_on_stdout_and_garbage_lines_change_nothing(hostile):
     assert reward == 1.0 and info["label"] == "pass"  # no desync: every reply belongs to its call
 
 
-@pytest.mark.docker
-def test_tool_code_cannot_reach_the_reply_channel_through_proc(hostile):
-    """The supervisor and the zygotes are non-dumpable: their fds and memory are closed to tool code."""
-    code = textwrap.dedent("""
-        import os
-        ppid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-        worker = os.getppid()
-        zygote = ppid(worker)
-        supervisor = ppid(zygote)
-        for pid in (zygote, supervisor):
+PROBE_CHANNEL = textwrap.dedent("""
+    import os, signal, socket
+    ppid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    worker = os.getppid()
+    zygote = ppid(worker)
+    supervisor = ppid(zygote)
+    outcome = []
+    for pid in (1, supervisor, zygote):
+        for fd in range(4):
             try:
-                os.write(os.open(f"/proc/{pid}/fd/1", os.O_WRONLY), b'{"ok": true}\\n')
-                print("wrote", end=" ")
-            except OSError as exc:
-                print(type(exc).__name__, end=" ")
-    """)
-    contents, reward, _ = run_episode(hostile, act("run_code", code=code))
-    assert tool_output(contents[0])["stdout"] == "PermissionError PermissionError ", contents[0]
-    assert reward == 0.0
+                os.close(os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY))
+                outcome.append(f"opened {pid}/{fd}")
+            except FileNotFoundError:
+                pass
+            except OSError:
+                outcome.append("denied")
+    for probe in (lambda: os.listdir("/run/seal"), lambda: socket.socket(socket.AF_UNIX).connect("/run/seal/s")):
+        try:
+            probe()
+            outcome.append("reached the socket")
+        except OSError:
+            outcome.append("denied")
+    for pid in (1, supervisor):
+        for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+                outcome.append(f"signalled {pid}")
+            except PermissionError:
+                outcome.append("denied")
+    print(sorted(set(outcome)), os.getuid(), supervisor != zygote)
+""")
+
+
+@pytest.mark.docker
+def test_tool_code_cannot_reach_the_host_channel_through_init_or_the_supervisor(hostile):
+    """pid 1 and the supervisor run as root: a tool (nobody) can neither open their fds, reach the socket's
+    folder, nor stop or kill them; later episodes of the same warm container score as they should."""
+    contents, reward, info = run_episode(hostile, act("run_code", code=PROBE_CHANNEL))
+    assert tool_output(contents[0])["stdout"].strip() == "['denied'] 65534 True", contents[0]
+    assert reward == 0.0 and info["label"] == "state_mismatch"
+    _, reward, info = run_episode(hostile, act("set_value", value=5))
+    assert reward == 0.0 and not info["infrastructure_error"]  # a wrong action still scores nothing
+    _, reward, info = run_episode(hostile, act("set_value", value=7))
+    assert reward == 1.0 and info["label"] == "pass"
+
+
+def test_references_are_replayed_only_where_no_agent_ran_code():
+    """The pool hands reference replays only sandboxes never leased to an episode (backend-independent)."""
+    from seal_envs.sandbox import get_pool
+
+    pool = get_pool(SandboxConfig(backend="inprocess", pool_size=2, call_timeout_s=7.0))
+    agent = pool.acquire()
+    pool.release(agent)
+    with pool.pristine() as unused:
+        pass
+    assert unused.acquired is None  # a cached reference costs no sandbox
+    with pool.pristine() as reference:
+        reference.reset({"hostile_api:Store": None}, [str(HOSTILE)])
+        assert reference.call("hostile_api:Store.set_value", {"value": 7}).ok
+    assert reference.acquired is not agent
+    with pool.pristine() as again:
+        again.snapshot()
+    assert again.acquired is reference.acquired  # released as pristine, reused as pristine
+    pool.close()
 
 
 @pytest.mark.docker
@@ -158,11 +203,121 @@ def test_ground_truth_is_not_readable_inside_the_sandbox(hostile):
 
     targets = [str(HOSTILE / "tasks.json"), str(TWINS[0] / "tasks.json")]
     contents, _, _ = run_episode(hostile, *(act("read", path=p) for p in targets))
-    assert [tool_output(c) for c in contents] == ["", ""]
+    assert all(tool_output(c)["error"].startswith("FileNotFoundError") for c in contents)  # not even there
     answers = _bfcl_answers()
     if answers:
         contents, _, _ = run_episode(hostile, act("read", path=answers))
         assert tool_output(contents[0]) == []
+
+
+@pytest.mark.docker
+def test_only_the_tool_modules_of_a_domain_folder_are_mounted(docker_daemon, tmp_path):
+    """Generators, task files under any name or folder, hard links to them: none is in the sandbox; only the
+    modules the spec's implementations name are. Domain folders under the host's Python mounts (the bundled
+    domains of an editable install) are empty there."""
+    from seal_envs.sandbox.image import domain_folders, host_python_mounts
+
+    domain = tmp_path / "hostile"
+    shutil.copytree(HOSTILE, domain, ignore=shutil.ignore_patterns("twin_*", "__pycache__"))
+    (domain / "make_tasks.py").write_text("TASKS = 'regenerated ground truth'\n")
+    (domain / "data").mkdir()
+    (domain / "data" / "tasks.json").write_text((domain / "tasks.json").read_text())
+    (domain / "train_split.json").write_text((domain / "tasks.json").read_text())
+    os.link(domain / "tasks.json", domain / "notes.txt")
+    for path in (tmp_path, *domain.rglob("*")):
+        path.chmod(0o755)
+    env = ToolUseEnv(domain=domain, sandbox=CONFIG)
+    bundled = [f for f in domain_folders(host_python_mounts())]
+    try:
+        contents, _, _ = run_episode(env, act("read", path=str(domain)), *(act("read", path=f) for f in bundled))
+    finally:
+        env.close()
+    assert tool_output(contents[0]) == ["hostile_api.py"]
+    assert all(tool_output(c) == [] for c in contents[1:]), contents
+
+
+HANG = "import time; time.sleep(30)"
+SLOW = "import time; time.sleep(0.3)"
+
+
+@pytest.mark.docker
+def test_one_deadline_bounds_a_step_whatever_hangs(docker_daemon):
+    """Slow calls, then hanging ones whose rebuilds replay the slow ones: the step ends within its budget
+    (before: each hang cost a call timeout plus a replay, 10-40 s); calls past it are not run."""
+    config = SandboxConfig(call_timeout_s=2.0, step_timeout_s=3.0, pool_size=1)
+    env = ToolUseEnv(domain=HOSTILE, sandbox=config)
+    calls = [ToolCall("run_code", {"code": SLOW})] * 3 + [ToolCall("run_code", {"code": HANG})] * 5
+    try:
+        env.reset(options={"task_id": env.tasks[0].id})
+        start = time.monotonic()
+        observation, _, _, _, info = env.step("".join(format_tool_call(c) for c in calls))
+        seconds = time.monotonic() - start
+    finally:
+        env.close()
+    errors = [str(tool_output(m["content"]).get("error", "")) for m in observation if m["role"] == "tool"]
+    assert all(e.split(":")[0] in ("Timeout", "StepTimeout") for e in errors[3:]) and errors[-1].startswith(
+        "StepTimeout"), errors
+    assert not info["infrastructure_error"]
+    # the budget plus round trips and one rebuild's grace on a loaded 2-core machine (5 x 2 s + replays before)
+    assert seconds < config.step_timeout_s + 2.0, seconds
+
+
+def test_malformed_inputs_are_errors_that_name_the_fix(tmp_path):
+    """A deeply nested tools.json is a spec error naming the file; a task_id that is not a string a
+    ValueError; a request over the supervisor's limit makes it exit, not spin."""
+    from seal_envs.sandbox.image import SERVER_SOURCE
+
+    nested = tmp_path / "tools.json"
+    nested.write_text('{"domain": "x", "tools": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SpecError, match="nested too deeply") as raised:
+        load_domain(nested)
+    assert str(nested) in str(raised.value)
+    env = ToolUseEnv(domain=HOSTILE, sandbox="inprocess")
+    with pytest.raises(ValueError, match="task_id must be a string"):
+        env.reset(options={"task_id": ["x"]})
+    env.close()
+    server = subprocess.Popen([sys.executable, str(SERVER_SOURCE), "3", "4096"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        server.stdin.write(b"[" * (65 << 20))  # no newline: the line only grows
+        server.stdin.flush()
+    except BrokenPipeError:
+        pass
+    assert server.wait(timeout=30) == 0  # it left (the host broke the protocol) instead of spinning
+
+
+@pytest.mark.docker
+def test_an_oversized_task_state_is_the_tasks_error_at_once(docker_daemon):
+    from seal_envs.sandbox.docker import DockerSandbox
+
+    box = DockerSandbox(CONFIG)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ValueError, match="over the sandbox's limit"):
+            box.reset({"hostile_api:Store": {"value": "x" * (70 << 20)}}, [str(HOSTILE)])
+        assert time.monotonic() - start < 5  # before: 48 s, then masked as ours
+        box.reset({"hostile_api:Store": None}, [str(HOSTILE)])  # the sandbox is still good
+    finally:
+        box.close()
+
+
+@pytest.mark.docker
+def test_a_slow_import_during_resolve_is_not_cached(docker_daemon, tmp_path):
+    from seal_envs.resolve import resolve_targets
+
+    package = tmp_path / "slow_mod"  # a package: its whole folder is mounted, so the marker's removal shows
+    package.mkdir()
+    marker = package / "slow"
+    (package / "__init__.py").write_text(f"import os, time\nif os.path.exists({str(marker)!r}):\n"
+                                         "    time.sleep(30)\nclass Slow:\n    def go(self):\n        return 1\n")
+    marker.write_text("")
+    for path in (tmp_path, package, *package.iterdir()):
+        path.chmod(0o755)
+    config = SandboxConfig(call_timeout_s=1.0, pool_size=0)
+    first = resolve_targets(["slow_mod:Slow.go"], [str(tmp_path)], "slow-1", config)
+    assert "took over" in first["slow_mod:Slow.go"]
+    marker.unlink()  # the import is fast now (as when the machine is no longer loaded)
+    assert resolve_targets(["slow_mod:Slow.go"], [str(tmp_path)], "slow-1", config) == {}
 
 
 # ------------------------------------------------------------------------------ host safety
@@ -210,10 +365,10 @@ def test_server_outside_a_container_touches_only_its_own_episodes(tmp_path):
     finally:
         server.stdin.close()
         server.wait(10)
-    if os.geteuid() == 0:
-        refused = subprocess.run([sys.executable, str(SERVER_SOURCE), "3", "4096", "--sweep"], capture_output=True,
+    for flags in (["--sweep"], ["--sweep", "--tool-user", "65534"]):  # outside a sandbox container: never
+        refused = subprocess.run([sys.executable, str(SERVER_SOURCE), "3", "4096", *flags], capture_output=True,
                                  text=True, stdin=subprocess.DEVNULL, timeout=30)
-        assert refused.returncode != 0 and "refusing --sweep as root" in refused.stderr
+        assert refused.returncode != 0 and "refusing --sweep" in refused.stderr
 
 
 def run_python(code: str, *prefix: str, **env: str) -> subprocess.Popen:
@@ -283,7 +438,7 @@ def test_sandbox_in_a_hung_call_stops_soon_after_its_owner_dies(docker_daemon):
 def test_parse_cost_and_values_are_bounded(action, reason):
     start = time.perf_counter()
     parsed = parse_tool_calls(action)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 1.0  # the bound catches superlinear parsing (minutes at these sizes)
     assert any(reason in e.reason for e in parsed.errors) and len(parsed.calls) <= ParseLimits().max_calls
 
 
@@ -291,7 +446,7 @@ def test_whitespace_inside_a_call_parses_in_linear_time():
     action = "<tool_call>```json" + " " * 30_000 + '{"name": "a", "arguments": {}}' + " " * 30_000 + "```</tool_call>"
     start = time.perf_counter()
     assert parse_tool_calls(action).calls == (ToolCall("a", {}),)
-    assert time.perf_counter() - start < 0.2
+    assert time.perf_counter() - start < 0.2  # linear: ~1 ms here; the quadratic scan it guards against: ~10 s
 
 
 @pytest.mark.docker
@@ -317,19 +472,115 @@ def test_tool_that_kills_its_server_is_its_own_failure(hostile):
     assert reward == 1.0  # the state was rebuilt in a fresh sandbox and the episode went on
 
 
+LINGER = textwrap.dedent("""
+    import os, signal, time
+    ppid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    targets = [1, ppid(ppid(os.getppid()))]  # init and the supervisor
+    if os.fork() == 0:  # outlives the call: strikes while the host takes the snapshot
+        os.setsid()
+        for _ in range(200):
+            for pid in targets:
+                for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL):
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+            time.sleep(0.005)
+        os._exit(0)
+""")
+
+
 @pytest.mark.docker
-def test_tool_that_stops_its_server_is_its_own_timeout(docker_daemon):
-    """SIGSTOP on the supervisor: the host's deadline fires; the daemon still answers, so it is the tool's."""
-    stop = textwrap.dedent("""
+def test_tool_cannot_turn_its_failure_into_a_masked_episode(hostile):
+    """A background process that stops, terminates or kills init or the supervisor after its call returned
+    cannot: the failing episode stays the agent's (diagnosed, not masked)."""
+    _, reward, info = run_episode(hostile, act("run_code", code=LINGER))
+    assert not info["infrastructure_error"] and info["label"] == "state_mismatch" and reward == 0.0
+    _, reward, info = run_episode(hostile, act("set_value", value=7))
+    assert reward == 1.0 and info["label"] == "pass"
+
+
+@pytest.mark.docker
+def test_a_stopped_zygote_costs_the_next_episode_nothing(docker_daemon):
+    stop_zygote = textwrap.dedent("""
         import os, signal
         ppid = lambda pid: int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-        os.kill(ppid(ppid(os.getppid())), signal.SIGSTOP)
+        os.kill(ppid(os.getppid()), signal.SIGSTOP)
     """)
-    env = ToolUseEnv(domain=HOSTILE, sandbox=SandboxConfig(call_timeout_s=1.0, pool_size=1))
-    contents, reward, info = run_episode(env, act("run_code", code=stop), act("set_value", value=7))
-    env.close()
-    assert tool_output(contents[0])["error"].startswith("Timeout") and not info["infrastructure_error"]
-    assert reward == 1.0
+    env = ToolUseEnv(domain=HOSTILE, sandbox=SandboxConfig(call_timeout_s=5.0, pool_size=1))
+    try:
+        contents, _, _ = run_episode(env, act("run_code", code=stop_zygote), act("set_value", value=1))
+        assert tool_output(contents[0])["returncode"] == 0
+        start = time.monotonic()
+        _, reward, info = run_episode(env, act("set_value", value=7))
+        assert reward == 1.0 and info["label"] == "pass"
+        # a fresh zygote (~0.3 s: an import), not a spawn waiting out its deadline on the stopped one (15 s before
+        # this fix); the bound leaves room for a loaded 2-core machine
+        assert time.monotonic() - start < 5.0
+    finally:
+        env.close()
+
+
+PARK_IPC = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    segment = libc.shmget(4242, {size}, 0o1600)
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, {size})  # charged to the container's memory
+    libc.msgget(4343, 0o1600)
+    libc.semget(4444, 1, 0o1600)
+    libc.mq_open(b"/parked", os.O_CREAT | os.O_RDWR, 0o600, None)
+    print(segment >= 0)
+""")
+SEE_IPC = textwrap.dedent("""
+    import os
+    rows = [len(open("/proc/sysvipc/" + kind).read().splitlines()) - 1 for kind in ("shm", "msg", "sem")]
+    big = bytearray({size})  # fits only if the last episode's segment is gone
+    print(rows, os.listdir("/dev/mqueue"))
+""")
+
+
+@pytest.mark.docker
+def test_no_ipc_object_survives_an_episode(docker_daemon):
+    """SysV shared memory, message queues, semaphores and POSIX message queues are removed at reset; memory
+    parked in shared memory does not make the next episode's tool run out of memory."""
+    size = 150 << 20
+    env = ToolUseEnv(domain=HOSTILE, sandbox=SandboxConfig(call_timeout_s=8.0, pool_size=1))
+    try:
+        contents, _, _ = run_episode(env, act("run_code", code=PARK_IPC.format(size=size)))
+        assert tool_output(contents[0])["stdout"].strip() == "True", contents[0]
+        contents, _, _ = run_episode(env, act("run_code", code=SEE_IPC.format(size=size)))
+        assert tool_output(contents[0])["stdout"].strip() == "[0, 0, 0] []", contents[0]
+    finally:
+        env.close()
+
+
+@pytest.mark.docker
+def test_a_patched_reply_is_the_tools_protocol_error(hostile):
+    """Tool code that patches its own reply channel (extra keys, a forged state) gets a ProtocolError for
+    that call; nothing of it reaches the host and the episode goes on."""
+    for extra in ({"failure": {"x": 1}}, {"state": {"hostile_api:Store": {"value": 7}}}, {"ok": "yes"}):
+        contents, reward, info = run_episode(hostile, act("forge_reply", extra=extra), act("set_value", value=7))
+        assert tool_output(contents[0])["error"].startswith("ProtocolError"), contents[0]
+        assert reward == 1.0 and info["label"] == "pass"  # the episode was rebuilt without the patch
+
+
+def test_replies_are_checked_against_a_strict_schema():
+    from seal_envs.sandbox.server import checked_reply
+
+    assert checked_reply("call", {"ok": True, "result": [1], "text": "[1]"}, 100) == {
+        "ok": True, "result": [1], "text": "[1]"}
+    assert checked_reply("call", {"ok": False, "error": {"type": "E", "message": "m" * 500}, "lost": True}, 10,
+                         flags=("lost",))["error"]["message"].startswith("m" * 10 + " [truncated")
+    for op, forged in [("call", {"ok": True, "result": 1, "text": "1", "failure": {}}),
+                       ("call", {"ok": True, "result": 1}), ("call", {"ok": 1, "result": 1, "text": "1"}),
+                       ("call", {"ok": False, "error": "boom"}), ("call", {"ok": False, "error": {"type": 3}}),
+                       ("call", {"ok": False, "error": {"type": "E", "message": "m"}, "lost": True}),
+                       ("snapshot", {"ok": True, "state": [1]}), ("resolve", {"ok": True, "problems": {"a": 1}}),
+                       ("reset", {"ok": True, "state": {}}), ("nope", {"ok": True}), ("call", [1])]:
+        with pytest.raises(ValueError):
+            checked_reply(op, forged, 100)
 
 
 @pytest.mark.docker

@@ -61,7 +61,8 @@ class SandboxConfig:
     """How sandboxes are made. ``backend="inprocess"`` is for debugging only: no isolation, no limits.
 
     ``call_timeout_s`` bounds one tool call (the sandbox enforces it and rebuilds the episode after it);
-    ``daemon_timeout_s`` bounds every request to the Docker daemon; ``max_starts`` caps the container starts
+    ``step_timeout_s`` bounds all the calls of one env step together, whatever hangs (calls past it are not
+    run and fail as ``StepTimeout``); ``daemon_timeout_s`` bounds every request to the Docker daemon; ``max_starts`` caps the container starts
     a process has in flight (so that they finish within that deadline); ``cpus`` caps a sandbox's CPU share.
     """
 
@@ -72,6 +73,7 @@ class SandboxConfig:
     tmpfs_size: str = "16m"
     cpus: float = 1.0
     call_timeout_s: float = 10.0
+    step_timeout_s: float = 60.0
     daemon_timeout_s: float = 30.0
     max_starts: int = 8
     max_output_bytes: int = 1 << 16
@@ -99,8 +101,9 @@ class Sandbox(abc.ABC):
         the domain's code hangs or crashes its process."""
 
     @abc.abstractmethod
-    def call(self, target: str, arguments: dict[str, Any]) -> CallResult:
-        """Execute ``package.module:Class.method(**arguments)``; never raises."""
+    def call(self, target: str, arguments: dict[str, Any], timeout_s: float | None = None) -> CallResult:
+        """Execute ``package.module:Class.method(**arguments)``; never raises. ``timeout_s`` (what is left of
+        the step's budget) bounds the call and any rebuild of the episode after it, below the call timeout."""
 
     @abc.abstractmethod
     def snapshot(self) -> dict[str, Any]:

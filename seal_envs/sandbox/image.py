@@ -154,6 +154,26 @@ def _bfcl_answers() -> str | None:
     return None
 
 
+def domain_folders(mounts: Iterable[str]) -> tuple[str, ...]:
+    """The domain folders (a folder with ``tools.json``) at or one level below ``mounts``."""
+    found: list[str] = []
+    for mount in (m for m in mounts if os.path.isdir(m)):
+        found += [str(spec.parent) for spec in [Path(mount, "tools.json"), *Path(mount).glob("*/tools.json")]
+                  if spec.is_file()]
+    return tuple(sorted(found))
+
+
+def tool_module_paths(python_paths: Iterable[str], targets: Iterable[str]) -> tuple[str, ...]:
+    """What a domain's tools need of its folder: in each python path, the top-level module or package (any file
+    or folder of that name, extensions included) that a ``module:Class[.method]`` target names."""
+    tops = {target.split(":")[0].split(".")[0] for target in targets}
+    found: list[str] = []
+    for path in python_paths:
+        entries = os.listdir(path) if os.path.isdir(path) else []
+        found += [os.path.join(path, e) for e in entries if e.split(".")[0] in tops and e != "__pycache__"]
+    return tuple(sorted(found))
+
+
 def ground_truth_paths(mounts: Iterable[str]) -> tuple[str, ...]:
     """What the sandbox must not show tool code although it lies under ``mounts``: the task files of every
     domain folder mounted (a folder with ``tools.json``, or one level above such folders) and bfcl-eval's

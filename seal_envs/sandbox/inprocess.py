@@ -23,7 +23,8 @@ class InProcessSandbox(Sandbox):
         reply = self._server.handle({"op": "resolve", "targets": list(targets), "python_paths": list(python_paths)})
         return reply["problems"]
 
-    def call(self, target: str, arguments: dict[str, Any]) -> CallResult:
+    def call(self, target: str, arguments: dict[str, Any], timeout_s: float | None = None) -> CallResult:
+        """No timeout here (nothing can interrupt code in our own process): debugging only."""
         # a JSON copy, as the Docker backend's wire gives: tools may keep and mutate their argument lists
         reply = self._server.handle({"op": "call", "target": target, "arguments": json.loads(json.dumps(arguments))})
         if reply["ok"]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from seal_envs.sandbox.base import Sandbox, SandboxConfig
+from seal_envs.sandbox.base import CallResult, Sandbox, SandboxConfig
 
 log = logging.getLogger(__name__)
 CLOSE_JOIN_S = 30.0  # how long close() waits for a container start in flight (so it cannot leak)
@@ -20,7 +22,10 @@ class SandboxPool:
     """Thread-safe pool: ``acquire`` hands out a ready sandbox, ``release`` returns it for reuse,
     ``discard`` destroys a broken one. A background thread keeps ``config.pool_size`` sandboxes started
     ahead of demand; idle ones beyond that are closed. ``close`` closes every sandbox the pool made,
-    handed out or not, so nothing outlives the pool."""
+    handed out or not, so nothing outlives the pool.
+
+    A sandbox handed out by ``acquire`` may run an agent's calls and stays marked so; ``pristine`` hands out
+    only sandboxes that never did, for ground-truth replays whose result is cached and trusted."""
 
     def __init__(self, factory: Callable[[], Sandbox], config: SandboxConfig,
                  on_start: Callable[[], object] | None = None, prestart: bool = True):
@@ -28,6 +33,7 @@ class SandboxPool:
         self.config = config
         self._idle: list[Sandbox] = []
         self._leased: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+        self._agent_ran: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # handed out for episodes
         self._cond = threading.Condition()
         self._closed = False
         self._refiller: threading.Thread | None = None
@@ -67,19 +73,20 @@ class SandboxPool:
             sandbox.close()
             return
 
-    def acquire(self) -> Sandbox:
-        """A live sandbox: a warm one if any is ready, else one started now."""
+    def acquire(self, for_agent: bool = True) -> Sandbox:
+        """A live sandbox: a warm one if any is ready, else one started now. ``for_agent=False``: only one in
+        which no agent ever ran a call (see ``pristine``)."""
         stale: list[Sandbox] = []
         sandbox: Sandbox | None = None
         with self._cond:
             if self._closed:
                 raise RuntimeError("the sandbox pool is closed")
-            while self._idle and sandbox is None:
-                candidate = self._idle.pop()
-                if candidate.alive:
-                    sandbox = candidate
-                else:
+            for candidate in reversed(self._idle):
+                if not candidate.alive:
                     stale.append(candidate)
+                elif sandbox is None and (for_agent or candidate not in self._agent_ran):
+                    sandbox = candidate
+            self._idle = [s for s in self._idle if s is not sandbox and s not in stale]
             self._cond.notify_all()  # wake the refiller
         for dead in stale:
             dead.close()
@@ -90,7 +97,21 @@ class SandboxPool:
                 sandbox.close()
                 raise RuntimeError("the sandbox pool is closed")
             self._leased.add(sandbox)
+            if for_agent:
+                self._agent_ran.add(sandbox)
         return sandbox
+
+    @contextlib.contextmanager
+    def pristine(self) -> Iterator[Sandbox]:
+        """A sandbox for a ground-truth replay, acquired on first use (a cached replay needs none) from the
+        sandboxes no agent ever ran a call in: whatever an agent's code did to its sandbox, it cannot reach a
+        reference. Released (or discarded when dead) on exit."""
+        lazy = _LazySandbox(lambda: self.acquire(for_agent=False))
+        try:
+            yield lazy
+        finally:
+            if lazy.acquired is not None:
+                (self.release if lazy.acquired.alive else self.discard)(lazy.acquired)
 
     def release(self, sandbox: Sandbox) -> None:
         """Return a sandbox after its episode; it is reused when alive and the pool is not full."""
@@ -118,7 +139,8 @@ class SandboxPool:
             return len(self._idle)
 
     def close(self) -> None:
-        """Close every sandbox of this pool, idle and handed out. Idempotent."""
+        """Close every sandbox of this pool, idle and handed out, and wait for a start in flight (closed as it
+        ends): a closed pool starts nothing more. Idempotent."""
         with self._cond:
             self._closed = True
             sandboxes = [*self._idle, *self._leased]
@@ -127,6 +149,39 @@ class SandboxPool:
         if self._refiller is not None and self._refiller is not threading.current_thread():
             self._refiller.join(CLOSE_JOIN_S)
         _close_many(sandboxes)
+
+
+class _LazySandbox(Sandbox):
+    """A sandbox acquired on first use."""
+
+    def __init__(self, acquire: Callable[[], Sandbox]):
+        self._acquire = acquire
+        self.acquired: Sandbox | None = None
+
+    def _box(self) -> Sandbox:
+        if self.acquired is None:
+            self.acquired = self._acquire()
+        return self.acquired
+
+    def reset(self, classes: dict[str, Any], python_paths: Any = (), code: str = "") -> None:
+        self._box().reset(classes, python_paths, code)
+
+    def resolve(self, targets: list[str], python_paths: Any = (), code: str = "") -> dict[str, str]:
+        return self._box().resolve(targets, python_paths, code)
+
+    def call(self, target: str, arguments: dict[str, Any], timeout_s: float | None = None) -> CallResult:
+        return self._box().call(target, arguments, timeout_s)
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._box().snapshot()
+
+    def close(self) -> None:
+        if self.acquired is not None:
+            self.acquired.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.acquired is None or self.acquired.alive
 
 
 def _close_many(sandboxes: list[Sandbox]) -> None:

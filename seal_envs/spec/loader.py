@@ -158,7 +158,10 @@ def _json_path(path: Any) -> str:
 
 def validate_document(document: Any, schema_name: str, file: str | Path) -> None:
     """Validate ``document`` against one of our shipped schemas; raise the most relevant error."""
-    error = jsonschema.exceptions.best_match(_validator(schema_name).iter_errors(document))
+    try:
+        error = jsonschema.exceptions.best_match(_validator(schema_name).iter_errors(document))
+    except RecursionError:
+        raise SpecError(file, "$", "nested too deeply to validate") from None
     if error is not None:
         raise SpecError(file, _json_path(error.absolute_path), error.message)
 
@@ -170,6 +173,8 @@ def read_json(file: Path) -> Any:
         raise SpecError(file, "$", "file not found") from None
     except json.JSONDecodeError as exc:
         raise SpecError(file, "$", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise SpecError(file, "$", "nested too deeply to read (Python's recursion limit)") from None
 
 
 def check_tool(tool: dict[str, Any], index: int, file: Path) -> None:
