@@ -165,13 +165,31 @@ def domain_folders(mounts: Iterable[str]) -> tuple[str, ...]:
 
 def tool_module_paths(python_paths: Iterable[str], targets: Iterable[str]) -> tuple[str, ...]:
     """What a domain's tools need of its folder: in each python path, the top-level module or package (any file
-    or folder of that name, extensions included) that a ``module:Class[.method]`` target names."""
+    or folder of that name, extensions included) that a ``module:Class[.method]`` target names, and what an MCP
+    domain's ``tools.json`` there declares its server needs (``mcp_server_files``)."""
     tops = {target.split(":")[0].split(".")[0] for target in targets}
     found: list[str] = []
     for path in python_paths:
         entries = os.listdir(path) if os.path.isdir(path) else []
         found += [os.path.join(path, e) for e in entries if e.split(".")[0] in tops and e != "__pycache__"]
-    return tuple(sorted(found))
+        found += mcp_server_files(path)
+    return tuple(sorted(set(found)))
+
+
+def mcp_server_files(folder: str) -> list[str]:
+    """An MCP domain folder's ``tools.json`` (the bridge reads its ``mcp`` block) and the files of that folder its
+    server command names in ``args``; nothing for other folders."""
+    spec = os.path.join(folder, "tools.json")
+    try:
+        with open(spec, encoding="utf-8") as handle:
+            block = json.load(handle).get("mcp")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(block, dict):
+        return []
+    named = [os.path.join(folder, str(arg)) for arg in block.get("args", []) if isinstance(arg, (str, int))]
+    inside = [p for p in named if os.path.realpath(p).startswith(os.path.realpath(folder) + os.sep) and os.path.exists(p)]
+    return [spec, *inside]
 
 
 def ground_truth_paths(mounts: Iterable[str]) -> tuple[str, ...]:
