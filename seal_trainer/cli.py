@@ -136,7 +136,12 @@ def launch(cfg) -> None:
     from seal_trainer.trainer import SealTaskRunner
 
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    run_ppo(cfg, task_runner_class=SealTaskRunner)
+    from seal_trainer.cluster import release_sandboxes
+
+    try:
+        run_ppo(cfg, task_runner_class=SealTaskRunner)
+    finally:  # finished, failed or a node lost: no sandbox outlives the job on any live node
+        release_sandboxes()
 
 
 def _check_sandbox_backend(cfg) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,8 @@ LOCAL_ADDRESSES = ("", "local", "None", "null")
 CPU_PER_GPU = 3
 
 # keys Ray refuses from a driver that joins an existing cluster (ray._private.worker.init)
+AGENT_LOOP_WORKER = "agent_loop_worker_"  # verl names its agent-loop worker actors agent_loop_worker_<i>_<id>
+
 CLUSTER_SIZE_KEYS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_system_config")
 
 
@@ -149,4 +152,57 @@ def check_cluster(cfg: Any, connect_timeout_s: float = 10.0) -> None:
                            + "." + cpu_hint)
 
 
-__all__ = ["ClusterError", "ResourceNeeds", "check_cluster", "cluster_address", "join_cluster", "joining_ray_init"]
+def release_sandboxes(timeout_s: float = 60.0) -> dict[str, int]:
+    """At the end of a run, on every live node: end the agent-loop workers (their sandboxes' owners), then run
+    that node's reaper, so that no container outlives the job on any node, whatever ended it (a finished run, a
+    failed step, a lost node). Returns the containers removed per node id; a node that cannot answer is skipped."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        return {}
+    workers = [ray.get_actor(name) for name in ray.util.list_named_actors() if name.startswith(AGENT_LOOP_WORKER)]
+    for worker in workers:
+        ray.kill(worker, no_restart=True)
+    _wait_dead(workers, timeout_s / 2)
+    reap = ray.remote(num_cpus=0, max_retries=0)(_reap_here)
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    pending = {reap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(): node
+               for node in nodes}
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s / 2)
+    removed = {}
+    for ref in ready:
+        try:
+            removed[pending[ref]] = ray.get(ref)
+        except Exception:  # a node lost meanwhile, or no Docker there: nothing of ours to remove on it
+            continue
+    return removed
+
+
+def _reap_here() -> int:
+    """This node's orphaned sandboxes (their owners were killed just before)."""
+    from seal_envs.sandbox.docker import docker_client
+    from seal_envs.sandbox.reaper import reap
+
+    try:
+        client = docker_client()
+    except Exception:
+        return 0  # no daemon on this node: it ran no sandbox
+    return len(reap(client))
+
+
+def _wait_dead(actors: list, timeout_s: float) -> None:
+    import ray
+
+    deadline = time.time() + timeout_s
+    for actor in actors:
+        while time.time() < deadline:
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=max(0.1, deadline - time.time()))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                break
+            time.sleep(0.2)
+
+
+__all__ = ["ClusterError", "ResourceNeeds", "check_cluster", "cluster_address", "join_cluster", "joining_ray_init",
+           "release_sandboxes"]
