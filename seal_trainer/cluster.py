@@ -188,7 +188,9 @@ def _reap_here() -> int:
         client = docker_client()
     except Exception:
         return 0  # no daemon on this node: it ran no sandbox
-    return len(reap(client))
+    removed = reap(client)
+    time.sleep(2)  # a worker of the job that was still exiting (its owner died with the job's task runner)
+    return len(removed) + len(reap(client))
 
 
 def _wait_dead(actors: list, timeout_s: float) -> None:

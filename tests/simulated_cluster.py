@@ -21,6 +21,7 @@ import docker
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERD = ROOT / ".ci" / "dockerd.sh"
 SANDBOX_LABEL = "seal.sandbox=1"
+HEAD_START_ATTEMPTS = 3
 
 
 def can_start_daemons() -> bool:
@@ -75,9 +76,15 @@ class SimulatedCluster:
 
         try:
             daemons = [self._daemon() for _ in range(self.size)]
-            self.cluster = Cluster(initialize_head=True, head_node_args=dict(
-                num_cpus=self.head_cpus, num_gpus=self.head_gpus, include_dashboard=False,
-                env_vars={"DOCKER_HOST": daemons[0][0]}))
+            head = dict(num_cpus=self.head_cpus, num_gpus=self.head_gpus, include_dashboard=False,
+                        env_vars={"DOCKER_HOST": daemons[0][0]})
+            for attempt in range(HEAD_START_ATTEMPTS):
+                try:
+                    self.cluster = Cluster(initialize_head=True, head_node_args=head)
+                    break
+                except Exception:  # Ray gives a head 30 s to register; a loaded machine can miss that
+                    if attempt == HEAD_START_ATTEMPTS - 1:
+                        raise
             started = [self.cluster.head_node] + [
                 self.cluster.add_node(num_cpus=self.worker_cpus, env_vars={"DOCKER_HOST": host})
                 for host, _ in daemons[1:]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +49,20 @@ def seal_train(address: str, run: Path, *overrides: str, timeout: float = 600) -
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def _finish(child: subprocess.Popen, timeout: float) -> str:
+    """The child's output once it exits; killed (with its training child) when it overruns ``timeout``."""
+    try:
+        return child.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGINT)  # seal-train then terminates its training child
+        try:
+            out = child.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out = child.communicate()[0]
+        raise AssertionError(f"seal-train did not finish within {timeout:.0f} s: {out[-3000:]}") from None
+
+
 def _markers(interface: dict) -> list[str]:
     """Text the interface puts into a training prompt (schema cues and guidelines live in the system prompt)."""
     from seal_envs.interface import InterfaceState, render_system_prompt
@@ -64,7 +79,7 @@ def test_three_nodes_train_in_their_own_sandboxes(cluster, tmp_path):
     started = time.time()
     run = tmp_path / "run"
     child = seal_train(cluster.address, run, "trainer.total_training_steps=2")
-    out, _ = child.communicate(timeout=600)
+    out = _finish(child, 600)
     assert child.returncode == 0, out[-3000:] + (run / "train.log").read_text()[-4000:]
     assert f"joining the Ray cluster at {cluster.address}" in out
     created = [node.sandboxes_created_since(started) for node in cluster.nodes]
@@ -94,7 +109,7 @@ def test_a_lost_worker_node_fails_the_run_cleanly(cluster, tmp_path):
         time.sleep(0.5)
     cluster.kill_node(len(cluster.nodes) - 1)
     killed = time.time()
-    out, _ = child.communicate(timeout=300)  # never a hang
+    out = _finish(child, 300)  # never a hang
     log = (run / "train.log").read_text()
     steps_log = run / "seal_steps.jsonl"
     steps = [json.loads(line) for line in steps_log.read_text().splitlines()] if steps_log.exists() else []
