@@ -16,11 +16,14 @@ takes one Ray ``GPU`` slot per worker (the CPU shims' fake GPU): start the node 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 LOCAL_ADDRESSES = ("", "local", "None", "null")
 
@@ -157,10 +160,21 @@ def release_sandboxes(timeout_s: float = 60.0) -> dict[str, int]:
     that node's reaper, so that no container outlives the job on any node, whatever ended it (a finished run, a
     failed step, a lost node). Returns the containers removed per node id; a node that cannot answer is skipped."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
         return {}
+    try:
+        return _release(timeout_s)
+    except Exception:  # cleanup must never fail a finished run or hide why a run failed
+        logger.warning("could not release the job's sandboxes; `seal-envs sandbox reap` on each node removes "
+                       "what is left", exc_info=True)
+        return {}
+
+
+def _release(timeout_s: float) -> dict[str, int]:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     workers = [ray.get_actor(name) for name in ray.util.list_named_actors() if name.startswith(AGENT_LOOP_WORKER)]
     for worker in workers:
         ray.kill(worker, no_restart=True)
