@@ -18,6 +18,9 @@ to train on is an error, one smaller than asked for a warning); ``trainer.defaul
 ``./seal_runs/<experiment_name>``, ``trainer.rollout_data_dir=auto`` its ``rollouts`` folder. Without CUDA
 devices the CPU shims (``seal_trainer.cpu``) are switched on.
 
+Ray: ``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address`` joins that cluster (checked first: ``seal_trainer.cluster``);
+otherwise verl starts a local Ray instance.
+
 Training runs in a child process (``run_ppo(config, task_runner_class=SealTaskRunner)``) whose whole output
 goes to ``<run dir>/train.log``; the console shows SEAL's lines (one per step, held-out success before and
 after, the final policy's Hugging Face folder) and, on failure, the log's tail. The run folder also gets
@@ -133,7 +136,12 @@ def launch(cfg) -> None:
     from seal_trainer.task_runner import SealTaskRunner
 
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    run_ppo(cfg, task_runner_class=SealTaskRunner)
+    from seal_trainer.cluster import release_sandboxes
+
+    try:
+        run_ppo(cfg, task_runner_class=SealTaskRunner)
+    finally:  # finished, failed or a node lost: no sandbox outlives the job on any live node
+        release_sandboxes()
 
 
 def _check_sandbox_backend(cfg) -> None:
@@ -220,11 +228,16 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     t0 = time.time()
+    from seal_trainer.cluster import ClusterError, join_cluster
+
     try:
         _check_sandbox_backend(cfg)
+        address = join_cluster(cfg)  # RAY_ADDRESS / ray_kwargs.ray_init.address: checked before minutes of preparation
         resolve_auto(cfg)
-    except ValueError as exc:  # a config that cannot train (seal_trainer.config, seal_trainer.data): say what to fix
+    except (ValueError, ClusterError) as exc:  # a config or cluster that cannot train: say what to fix
         raise SystemExit(f"seal-train: {exc}") from None
+    if address is not None:
+        print(f"[seal] joining the Ray cluster at {address}", flush=True)
     from omegaconf import OmegaConf
 
     run_dir = Path(cfg.trainer.default_local_dir)
