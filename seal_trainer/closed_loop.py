@@ -1,6 +1,8 @@
 """The closed loop: Omega_{t+1} = Evolve(Omega_t, C_t) between training steps.
 
-After each step the trainer hands every rollout's turn labels, turn tags and reward to ``ClosedLoop.observe``;
+After each step the trainer hands every rollout's turn labels, turn tags and reward to ``ClosedLoop.observe``:
+``observe_posted`` drains them from the ``InterfaceBoard``, where the agent loop posts every finished training
+episode (so groups that dynamic sampling drops before the advantage step count too);
 ``ClosedLoop.update`` aggregates the window into the failure profile C_t (``seal_envs.interface.FailureProfile``:
 per label and tag, turns seen and the mean reward of their rollouts; infrastructure/task faults excluded), evolves
 the interface with ``seal_envs.interface.evolve`` and publishes it on the ``InterfaceBoard``
@@ -25,7 +27,7 @@ from typing import Any
 
 from seal_envs.interface import EvolutionConfig, FailureProfile, InterfaceState, evolve
 
-from seal_trainer.envpool import get_board
+from seal_trainer.envpool import board_drain_rollouts, get_board
 
 
 class ClosedLoop:
@@ -53,6 +55,18 @@ class ClosedLoop:
         profile = FailureProfile.from_rollouts(row for row, ok in zip(rows, keep) if ok)
         self.window.append(profile)
         return profile
+
+    def observe_posted(self, epoch: int | None = None) -> tuple[FailureProfile, int] | None:
+        """Add every training episode the agent loop posted to the board since the last call (all rollouts of the
+        step, including groups dynamic sampling dropped); returns (profile, rollouts), or None if none were
+        posted (an agent loop that does not post: the trainer observes its batch instead)."""
+        posted = board_drain_rollouts(self.board if self.board is not None else get_board())
+        if not posted:
+            return None
+        profile = self.observe([r["labels"] for r in posted], [r["tags"] for r in posted],
+                               [r["reward"] for r in posted], [not r["infrastructure_error"] for r in posted],
+                               epoch=epoch)
+        return profile, len(posted)
 
     def profile(self) -> FailureProfile:
         return sum(self.window, FailureProfile())

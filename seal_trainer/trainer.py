@@ -8,8 +8,12 @@ Registered as V1 trainer mode ``seal_sync`` (``trainer.v1.trainer_mode=seal_sync
   w_j from the tags (``seal_trainer.advantage``; dynamic rho over the epoch's rollouts), masks infrastructure
   failures out of their GRPO groups, and writes w_j * A_j. A batch without tags is refused, never silently plain
   GRPO. Other estimators fall through to verl's step unchanged.
+- dynamic sampling (verl's DAPO, ``algorithm.filter_groups``) works unchanged, bounded by
+  ``filter_groups.max_num_gen_batches`` (verl's V1 buffer ignores it; unbounded refills would never end for a
+  policy that passes or fails every task).
 - before the first step the starting interface (schema cues, as the reference's main configuration) is published;
-  after each step the closed loop (``seal_trainer.closed_loop``) adds every rollout's labels, tags and reward to
+  after each step the closed loop (``seal_trainer.closed_loop``) adds every training rollout's labels, tags and
+  reward (drained from the board the agent loop posts them to: also the groups dynamic sampling dropped) to
   its window's failure profile, evolves the interface and publishes it to every agent-loop worker.
 - per step it logs (metrics ``seal/*`` and one JSON line in ``seal.log_path``): failure profile, interface
   state, label and tag distribution, w statistics over the rollouts that carry gradient and over all of them
@@ -157,7 +161,12 @@ class SealPPOTrainer(PPOTrainerSync):
         kept = [l for l, ok in zip(rollouts.labels, valid) if ok]
         dist = label_distribution(kept)
         tag_dist = label_distribution([t for t, ok in zip(rollouts.tags, valid) if ok])
-        profile = self.closed_loop.observe(rollouts.labels, rollouts.tags, rewards, valid, epoch=self._epoch())
+        posted = self.closed_loop.observe_posted(epoch=self._epoch())  # every rollout, dropped groups too
+        if posted is None:
+            profile, profiled = self.closed_loop.observe(rollouts.labels, rollouts.tags, rewards, valid,
+                                                         epoch=self._epoch()), len(rollouts.labels)
+        else:
+            profile, profiled = posted
         r = np.asarray(rewards, dtype=float)
         informative, groups = informative_groups(uids, rewards, valid)
         step_metrics: dict[str, float] = {
@@ -166,6 +175,7 @@ class SealPPOTrainer(PPOTrainerSync):
             "seal/interface_version": float(self.closed_loop.interface.version),
             "seal/reward_mean": float(r[valid].mean()) if valid.any() else 0.0,
             "seal/informative_groups": float(informative), "seal/groups": float(groups),
+            "seal/profiled_rollouts": float(profiled),
         }
         w_stats = weight_metrics(np.asarray(weights), rollouts.tags, valid, np.asarray(carries_gradient, dtype=bool))
         step_metrics.update(w_stats)
@@ -178,7 +188,26 @@ class SealPPOTrainer(PPOTrainerSync):
             "weights": [round(float(w), 4) for w in weights], "infrastructure_errors": int(rollouts.infra.sum()),
             "reward_mean": step_metrics["seal/reward_mean"], "rho": self.reweighter.state()["rho"],
             "n": len(rollouts.labels), "groups": groups, "informative_groups": informative,
+            "profiled_rollouts": profiled,
         }
+
+    # ------------------------------------------------------------------ dynamic sampling
+
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        """verl's DAPO refill (``algorithm.filter_groups``), bounded: the V1 replay buffer refills without limit,
+        so a policy that passes or fails every task would generate forever. SEAL stops the step after
+        ``filter_groups.max_num_gen_batches`` x ``data.train_batch_size`` refilled prompts (0: no limit)."""
+        self._refilled_prompts = getattr(self, "_refilled_prompts", 0) + num_prompts
+        filter_groups = self.config.algorithm.get("filter_groups", None) or {}
+        cap = int(filter_groups.get("max_num_gen_batches", 0) or 0) * int(self.config.data.train_batch_size)
+        if cap > 0 and self._refilled_prompts > cap:
+            raise RuntimeError(
+                f"dynamic sampling refilled {self._refilled_prompts - num_prompts} prompts in step "
+                f"{self.global_steps} and still has fewer than {self.config.data.train_batch_size} groups whose "
+                "rewards differ: the policy passes or fails every task it draws. Warm-start the model "
+                "(seal.warm_start.steps), raise the rollout temperature or algorithm.filter_groups."
+                "max_num_gen_batches, or set algorithm.filter_groups.enable=false")
+        return super()._add_prompts_to_generate(num_prompts)
 
     # ------------------------------------------------------------------ closed loop
 
@@ -189,6 +218,7 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def on_step_end(self):
         super().on_step_end()
+        self._refilled_prompts = 0
         before = self.closed_loop.interface
         state, changed = self.closed_loop.update(self.global_steps)
         record = {
