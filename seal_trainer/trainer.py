@@ -9,8 +9,8 @@ Registered as V1 trainer mode ``seal_sync`` (``trainer.v1.trainer_mode=seal_sync
   failures out of their GRPO groups, and writes w_j * A_j. A batch without tags is refused, never silently plain
   GRPO. Other estimators fall through to verl's step unchanged.
 - dynamic sampling (verl's DAPO, ``algorithm.filter_groups``) works unchanged, bounded by
-  ``filter_groups.max_num_gen_batches`` (verl's V1 buffer ignores it; unbounded refills would never end for a
-  policy that passes or fails every task).
+  ``filter_groups.max_num_gen_batches`` refills per step (verl's V1 buffer ignores it, and would refill forever
+  for a policy that passes or fails every task); ``seal/refilled_prompts`` counts them.
 - before the first step the starting interface (schema cues, as the reference's main configuration) is published;
   after each step the closed loop (``seal_trainer.closed_loop``) adds every training rollout's labels, tags and
   reward (drained from the board the agent loop posts them to: also the groups dynamic sampling dropped) to
@@ -194,19 +194,19 @@ class SealPPOTrainer(PPOTrainerSync):
     # ------------------------------------------------------------------ dynamic sampling
 
     def _add_prompts_to_generate(self, num_prompts: int) -> int:
-        """verl's DAPO refill (``algorithm.filter_groups``), bounded: the V1 replay buffer refills without limit,
-        so a policy that passes or fails every task would generate forever. SEAL stops the step after
-        ``filter_groups.max_num_gen_batches`` x ``data.train_batch_size`` refilled prompts (0: no limit)."""
+        """verl's DAPO refill (``algorithm.filter_groups``), bounded: the V1 replay buffer refills without limit, so
+        a policy that passes or fails every task would generate forever. Past ``max_num_gen_batches`` x
+        ``data.train_batch_size`` refilled prompts in a step (0: no limit), the step stops filtering: this refill
+        and the groups still running are kept whatever their rewards, and filtering resumes at the next step."""
         self._refilled_prompts = getattr(self, "_refilled_prompts", 0) + num_prompts
         filter_groups = self.config.algorithm.get("filter_groups", None) or {}
         cap = int(filter_groups.get("max_num_gen_batches", 0) or 0) * int(self.config.data.train_batch_size)
-        if cap > 0 and self._refilled_prompts > cap:
-            raise RuntimeError(
-                f"dynamic sampling refilled {self._refilled_prompts - num_prompts} prompts in step "
-                f"{self.global_steps} and still has fewer than {self.config.data.train_batch_size} groups whose "
-                "rewards differ: the policy passes or fails every task it draws. Warm-start the model "
-                "(seal.warm_start.steps), raise the rollout temperature or algorithm.filter_groups."
-                "max_num_gen_batches, or set algorithm.filter_groups.enable=false")
+        buffer = getattr(self, "replay_buffer", None)
+        if cap > 0 and self._refilled_prompts > cap and buffer is not None and buffer.filter_groups_metric:
+            logger.warning("step %d: dynamic sampling refilled %d prompts (algorithm.filter_groups.max_num_gen_batches"
+                           "=%s); the step takes the next groups whatever their rewards", self.global_steps,
+                           self._refilled_prompts - num_prompts, filter_groups.get("max_num_gen_batches"))
+            self._filter_metric, buffer.filter_groups_metric = buffer.filter_groups_metric, None
         return super()._add_prompts_to_generate(num_prompts)
 
     # ------------------------------------------------------------------ closed loop
@@ -218,7 +218,10 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def on_step_end(self):
         super().on_step_end()
+        self._seal_pending["seal/refilled_prompts"] = float(getattr(self, "_refilled_prompts", 0))
         self._refilled_prompts = 0
+        if getattr(self, "_filter_metric", None):  # filtering was suspended for the rest of this step
+            self.replay_buffer.filter_groups_metric, self._filter_metric = self._filter_metric, None
         before = self.closed_loop.interface
         state, changed = self.closed_loop.update(self.global_steps)
         record = {
@@ -226,8 +229,8 @@ class SealPPOTrainer(PPOTrainerSync):
             **self._seal_step,
             "interface_before": before.to_json(), "interface": state.to_json(), "interface_changed": changed,
         }
-        self._seal_pending = {"seal/interface_changed": float(changed),
-                              "seal/interface_version_next": float(state.version)}
+        self._seal_pending.update({"seal/interface_changed": float(changed),
+                                   "seal/interface_version_next": float(state.version)})
         self._log(record)
         if self.seal.print_steps:
             s = self._seal_step
