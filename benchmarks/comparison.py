@@ -161,14 +161,26 @@ def prune(run_dir: Path, steps: int) -> None:
             shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink()
 
 
+def finished_record(args, run_dir: Path) -> dict[str, Any] | None:
+    """The record of a run that finished with these settings; a run folder that finished with other settings is
+    removed (its checkpoints were pruned: nothing to resume from), so the run starts afresh."""
+    done = run_dir / "record.json"
+    if not done.exists():
+        return None
+    record = json.loads(done.read_text())
+    if record.get("settings") == settings_key(args):
+        return record
+    print(f"[comparison] {run_dir} finished with other settings; starting it afresh", flush=True)
+    shutil.rmtree(run_dir)
+    return None
+
+
 def run_one(args, arm: str, seed: int) -> dict[str, Any]:
     run_dir = (args.out / "runs" / run_name(arm, seed)).resolve()
     done = run_dir / "record.json"
-    if done.exists() and not args.dry_run:
-        record = json.loads(done.read_text())
-        if record.get("settings") == settings_key(args):
-            print(f"[comparison] {arm} seed {seed}: finished earlier, reusing {done}", flush=True)
-            return record
+    if not args.dry_run and (record := finished_record(args, run_dir)):
+        print(f"[comparison] {arm} seed {seed}: finished earlier, reusing {done}", flush=True)
+        return record
     run_dir.mkdir(parents=True, exist_ok=True)
     attempt = len(list(run_dir.glob("verl_metrics_*.jsonl")))
     cmd = [sys.executable, "-m", "seal_trainer.cli", *overrides(args, arm, seed, run_dir)]

@@ -111,10 +111,10 @@ def test_a_finished_run_is_reused_when_the_script_restarts(tmp_path: Path):
     record = {"arm": "full", "seed": 0, "steps": 3, "settings": cmp.settings_key(args), "marker": 1}
     (run_dir / "record.json").write_text(json.dumps(record))
     assert cmp.run_one(args, "full", 0)["marker"] == 1  # no seal-train started: the record is reused
-    other = cmp.parse(["--out", str(tmp_path), "--steps", "3", "--eval-samples", "8"])
-    assert cmp.settings_key(other) != record["settings"]  # other settings: the run is redone, never mixed
     folders = [run_dir / f"global_step_{s}" / "actor" / sub for s in (1, 3) for sub in ("huggingface", "optim")]
     for folder in folders:
         folder.mkdir(parents=True)
     cmp.prune(run_dir, 3)
     assert [f.exists() for f in folders] == [False, False, True, False]  # only the final policy stays
+    other = cmp.parse(["--out", str(tmp_path), "--steps", "3", "--eval-samples", "8"])
+    assert cmp.finished_record(other, run_dir) is None and not run_dir.exists()  # other settings: afresh, never mixed
