@@ -76,7 +76,10 @@ class ClosedLoop:
         return not self.interface_evolution or (not self.closed_loop_update and self.updates >= 1)
 
     def start(self) -> None:
-        """Publish the starting interface, so that the first step's training envs already use it."""
+        """Create the job's board (the agent loop posts every training episode to it, whatever the arm) and
+        publish the starting interface, so that the first step's training envs already use it."""
+        if self.board is None:
+            self.board = get_board(create=True)
         if not self.interface.is_original:
             self.publish(0)
 
