@@ -119,6 +119,8 @@ class SealPPOTrainer(PPOTrainerSync):
                                       self.seal.profile_window, self.seal.interface)
         self._seal_step: dict[str, Any] = {}
         self._seal_pending: dict[str, float] = {}
+        self._refilled_prompts = 0  # DAPO refills of this step (see _add_prompts_to_generate)
+        self._filter_metric: str | None = None  # the DAPO metric while filtering is suspended for a step
         log_path = self.seal.log_path or os.path.join(config.trainer.default_local_dir, "seal_steps.jsonl")
         self.seal_log_path = Path(log_path)
         if config.algorithm.adv_estimator == "seal_grpo" and config.algorithm.use_kl_in_reward:
@@ -198,7 +200,7 @@ class SealPPOTrainer(PPOTrainerSync):
         a policy that passes or fails every task would generate forever. Past ``max_num_gen_batches`` x
         ``data.train_batch_size`` refilled prompts in a step (0: no limit), the step stops filtering: this refill
         and the groups still running are kept whatever their rewards, and filtering resumes at the next step."""
-        self._refilled_prompts = getattr(self, "_refilled_prompts", 0) + num_prompts
+        self._refilled_prompts += num_prompts
         filter_groups = self.config.algorithm.get("filter_groups", None) or {}
         cap = int(filter_groups.get("max_num_gen_batches", 0) or 0) * int(self.config.data.train_batch_size)
         buffer = getattr(self, "replay_buffer", None)
@@ -218,9 +220,9 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def on_step_end(self):
         super().on_step_end()
-        self._seal_pending["seal/refilled_prompts"] = float(getattr(self, "_refilled_prompts", 0))
+        self._seal_pending["seal/refilled_prompts"] = float(self._refilled_prompts)
         self._refilled_prompts = 0
-        if getattr(self, "_filter_metric", None):  # filtering was suspended for the rest of this step
+        if self._filter_metric:  # filtering was suspended for the rest of this step
             self.replay_buffer.filter_groups_metric, self._filter_metric = self._filter_metric, None
         before = self.closed_loop.interface
         state, changed = self.closed_loop.update(self.global_steps)
