@@ -1,31 +1,34 @@
-"""Vanilla GRPO against SEAL on the embedded default: same model, tasks, steps, rollouts and seeds per arm.
+"""Vanilla GRPO against SEAL with learning curves: same model, tasks, prompts, steps, rollouts and seeds per arm.
 
-    python benchmarks/comparison.py                                   # vanilla + full SEAL, seeds 0 1 2, 2 steps
-    python benchmarks/comparison.py --arms vanilla full no_reweighting --seeds 0 1 2 3
-    python benchmarks/comparison.py --aggregate-only                  # table/JSON/PNG from finished runs
+    python benchmarks/comparison.py                                   # vanilla + full SEAL, seeds 0 1 2, 20 steps
+    python benchmarks/comparison.py --arms vanilla full no_reweighting no_evolution fixed_rho
+    python benchmarks/comparison.py --aggregate-only                  # table/JSON/PNG from what is on disk
     python benchmarks/comparison.py --dry-run                         # print the seal-train commands only
-    python benchmarks/comparison.py --train-file T --val-file V --set actor_rollout_ref.model.path=M ...
+    python benchmarks/comparison.py --smoke --out /tmp/cmp            # tiny model, 2 steps: the plumbing only
 
 Each (arm, seed) is one ``seal-train`` run of the embedded default (``seal_trainer/config/seal_cpu.yaml``:
-SmolLM2-135M-Instruct after its cached warm start, shop's procedural training split, tools in Docker), changed
-only by ``seal.ablation=<arm>`` (the trainer's own switches, ``seal_trainer/config.py``), the seeds (data order,
-rollout sampling, FSDP init) and the validation set, which holds two data sources scored separately by verl:
+SmolLM2-135M-Instruct after its cached warm start, shop's 32-task procedural training split, tools in Docker),
+changed only by ``seal.ablation=<arm>`` (the trainer's own switches), the seeds (data order, so the prompts of
+each step, rollout sampling, FSDP init; the same across arms) and the budget: ``--prompts`` x ``--rollouts``
+per step (default 4 x 4 = 16) for ``--steps`` steps (default 20).
 
-- ``seal/shop``: the held-out procedural tasks of the main job (shop's ``eval`` split, ``seal.dataset.n_val``);
-- ``seal/shop-bundled``: ``--bundled`` hand-written shop tasks (``tool_specs/shop/tasks.json``, spread over the
-  categories), out of the training distribution.
+Validation does not run inside training: every run saves a verl checkpoint every ``--eval-every`` steps
+(weights, optimizer and dataloader state, so a killed run resumes from it: ``trainer.resume_mode=auto``, and
+a Hugging Face folder of the policy), and ``seal_envs.evaluation.heldout`` evaluates each saved policy (and the
+shared starting policy once, step 0) on shop's whole ``eval`` split (24 tasks, ``heldout``) and its 36
+hand-written tasks (``ood``), greedy and ``--eval-samples`` samples per task at the training temperature,
+with standard errors over tasks. Each evaluation is cached next to its checkpoint (``heldout/step_<N>.json``);
+once a finished run is evaluated its checkpoints are removed except the final policy.
 
-Validation is eval mode (original interface) and greedy, so it is a function of the weights only: it runs for
-every run after its last step, and before the first step once (the first run), since every run starts from the
-same weights. Per step the runs also record the training reward, the share of GRPO groups whose rewards differ
-(``seal/informative_groups``: the only groups that move the policy), weights and the interface version.
+Resuming: a run folder holding ``record.json`` (written when its training and evaluation finished) is skipped
+when the script starts again with the same settings; a run killed mid-way restarts from its last checkpoint
+(up to ``--eval-every`` - 1 steps are redone), and evaluations already on disk are not redone.
 
-Outputs under ``--out``: ``runs/<arm>_s<seed>/`` (seal-train's run folders: train.log, seal_steps.jsonl, verl
-metrics, rollouts), ``comparison.json`` and ``comparison.png`` (held-out and bundled success against steps, per
-arm, mean and spread over seeds; informative groups per step). Runs whose trainer fails stop the script with the
-trainer's log tail; nothing is estimated or filled in. A run folder holding ``record.json`` (written when its
-run finished) is reused when the script is started again with the same ``--steps``. ``--train-file``/``--val-file`` and ``--set`` run the same
-experiment on other data and settings (``benchmarks/replication/run.py``: the tiny model).
+Outputs under ``--out``: ``runs/<arm>_s<seed>/`` (seal-train's run folders), ``comparison.json``
+(``runs[]`` with ``arm``, ``seed``, ``steps``, ``validation.heldout`` / ``validation.bundled``: greedy success
+keyed by step, ``evaluation``: the full summaries, ``train``: per-step figures; per arm the curves with
+standard errors over seeds; the paired SEAL - vanilla difference by task with its 95% interval) and
+``comparison.png`` (learning curves per arm with standard-error bands, training reward, informative groups).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import argparse
 import json
 import os
 import shlex
-import statistics
+import shutil
 import subprocess
 import sys
 import time
@@ -42,229 +45,362 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from seal_envs.evaluation.stats import detectable_difference, mean_se, paired_difference  # noqa: E402
+
 OUT = Path(__file__).resolve().parent / "results" / "comparison"
-SOURCES = {"heldout": "seal/shop", "bundled": "seal/shop-bundled"}
-TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/w_grad/mean", "seal/interface_version",
-              "actor/grad_norm", "timing_s/step")
+SETS = {"heldout": "heldout", "bundled": "ood"}  # comparison.json's names -> seal_envs.evaluation.heldout's sets
+MODES = ("greedy", "sampled")
+TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/profiled_rollouts",
+              "seal/w_grad/mean", "seal/interface_version", "actor/grad_norm", "timing_s/step", "timing_s/gen")
+SMOKE = {"steps": 2, "eval_every": 1, "prompts": 2, "rollouts": 2, "eval_samples": 1, "eval_tasks": 2,
+         "response_budget": 48, "seeds": [0]}
+SMOKE_SET = ("seal.model=tiny", "seal.warm_start.steps=0", "seal.env.sandbox=inprocess", "seal.dataset.n_val=1")
 
 
-def write_data(out: Path, n_bundled: int) -> tuple[Path, Path]:
-    """The main job's train/val files, plus ``n_bundled`` hand-written tasks as a second validation source."""
-    import pandas as pd
-
-    from seal_envs.spec import load_domain
-    from seal_envs.task import load_tasks
-    from seal_trainer.data import split_tasks, task_rows, write_domain_dataset, write_rows
-
-    train, val = write_domain_dataset("shop", out, n_val=12, sandbox="docker")
-    bundled_file = load_domain("shop").root / "tasks.json"
-    bundled = split_tasks(load_tasks(bundled_file), n_bundled, None)[0] if n_bundled else []
-    rows = task_rows(bundled, domain="shop", mode="eval", sandbox="docker", tasks_path=str(bundled_file), seed=20_000)
-    for row in rows:
-        row["data_source"] = SOURCES["bundled"]
-    combined = pd.concat([pd.read_parquet(val), pd.DataFrame(rows)], ignore_index=True)
-    return train, write_rows(combined.to_dict("records"), out / "val_with_bundled.parquet")
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm}_s{seed}"
 
 
-def overrides(args, arm: str, seed: int, run_dir: Path, train: Path, val: Path, validate_first: bool) -> list[str]:
+def eval_steps(steps: int, every: int) -> list[int]:
+    """The steps whose policy is evaluated: 0 (the shared start), every ``every`` steps, and the last."""
+    return sorted({0, *range(every, steps + 1, every), steps})
+
+
+def overrides(args, arm: str, seed: int, run_dir: Path) -> list[str]:
+    """seal-train's overrides of one run: only the arm differs between the runs of one seed."""
     return [
         f"seal.ablation={arm}",
-        f"data.train_files={train}", f"data.val_files={val}",
+        *([f"data.train_files={args.train_file.resolve()}"] if args.train_file else []),
         f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
         f"actor_rollout_ref.actor.fsdp_config.seed={seed}",
+        f"data.train_batch_size={args.prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        f"actor_rollout_ref.rollout.n={args.rollouts}", f"data.max_response_length={args.response_budget}",
         f"trainer.total_training_steps={args.steps}",
-        f"trainer.val_before_train={str(validate_first).lower()}", "trainer.logger=[console,file]",
-        f"trainer.experiment_name={arm}_s{seed}", f"trainer.default_local_dir={run_dir}",
+        "trainer.val_before_train=false", "trainer.test_freq=-1",  # evaluated from the checkpoints instead
+        f"trainer.save_freq={args.eval_every}", "trainer.resume_mode=auto",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        "trainer.logger=[console,file]",
+        f"trainer.experiment_name={run_name(arm, seed)}", f"trainer.default_local_dir={run_dir}",
         *args.set,
     ]
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """verl's file-logger lines of every attempt of a run (verl truncates its file, so each attempt has its own)."""
     rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    for path in sorted(run_dir.glob("verl_metrics_*.jsonl"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return rows
 
 
-def run_record(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Validation per source and step, per-step training figures and label shares of one run."""
-    validation: dict[str, dict[str, float]] = {name: {} for name in SOURCES}
-    train: dict[str, dict[str, float]] = {}
+def train_record(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per step, the training figures (a step redone after a resume keeps its last attempt's values)."""
+    train: dict[str, dict[str, Any]] = {}
     for doc in rows:
         data, step = doc.get("data", {}), str(doc.get("step", 0))
-        for name, source in SOURCES.items():
-            key = f"val-core/{source}/reward/mean@1"
-            if key in data:
-                validation[name][step] = float(data[key])
         if "timing_s/step" in data:
             train[step] = {k: float(data[k]) for k in TRAIN_KEYS if k in data}
             train[step]["labels"] = {k.rsplit("/", 1)[1]: float(v) for k, v in data.items()
                                      if k.startswith("seal/label_share/")}
-    return {"validation": validation, "train": train}
+    return train
 
 
-def run_one(args, arm: str, seed: int, train: Path, val: Path, validate_first: bool) -> dict[str, Any]:
-    run_dir = (args.out / "runs" / f"{arm}_s{seed}").resolve()
+def checkpoint_policy(run_dir: Path, step: int) -> Path:
+    return run_dir / f"global_step_{step}" / "actor" / "huggingface"
+
+
+def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
+    """The held-out evaluation of one policy, cached at ``cache`` (a restarted script does not redo it)."""
+    if cache.exists():
+        return json.loads(cache.read_text())
+    from seal_envs.evaluation.batched import Limits
+    from seal_envs.evaluation.heldout import HeldoutSettings, evaluate_model, evaluation_sets, format_result
+
+    sets = {name: tasks[: args.eval_tasks] for name, tasks in evaluation_sets("shop").items()}
+    settings = HeldoutSettings(samples=args.eval_samples, temperature=args.temperature, seed=0,
+                               limits=Limits(args.response_budget, 8))
+    result = evaluate_model(policy, sets, settings)
+    print(f"[comparison] {policy}:\n{format_result(result)}", flush=True)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def start_policy(args) -> Path:
+    """The policy every run starts from (the resolved ``actor_rollout_ref.model.path`` of the first run)."""
+    import yaml
+
+    config = args.out / "runs" / run_name(args.arms[0], args.seeds[0]) / "config.yaml"
+    return Path(yaml.safe_load(config.read_text())["actor_rollout_ref"]["model"]["path"])
+
+
+def validation(evals: dict[int, dict[str, Any]]) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """comparison.json's ``validation`` (greedy success per set keyed by step) and ``evaluation`` (summaries)."""
+    short = {name: {str(step): doc["sets"][s]["greedy"]["mean"] for step, doc in evals.items() if s in doc["sets"]}
+             for name, s in SETS.items()}
+    full = {name: {str(step): {mode: doc["sets"][s][mode] for mode in MODES if mode in doc["sets"][s]}
+                   for step, doc in evals.items() if s in doc["sets"]} for name, s in SETS.items()}
+    return short, full
+
+
+def prune(run_dir: Path, steps: int) -> None:
+    """After its evaluation, a finished run keeps only its final policy (a checkpoint with optimizer state is
+    about 2 GB for SmolLM2-135M)."""
+    for folder in run_dir.glob("global_step_*"):
+        if folder.name != f"global_step_{steps}":
+            shutil.rmtree(folder, ignore_errors=True)
+    final = run_dir / f"global_step_{steps}" / "actor"
+    for item in final.glob("*") if final.exists() else []:
+        if item.name != "huggingface":
+            shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink()
+
+
+def finished_record(args, run_dir: Path) -> dict[str, Any] | None:
+    """The record of a run that finished with these settings; a run folder that finished with other settings is
+    removed (its checkpoints were pruned: nothing to resume from), so the run starts afresh."""
     done = run_dir / "record.json"
-    if done.exists() and not args.dry_run:  # finished earlier (the script was stopped): reused, not rerun
-        record = json.loads(done.read_text())
-        if record.get("steps") == args.steps:
-            print(f"[comparison] {arm} seed {seed}: finished earlier, reusing {done}", flush=True)
-            return record
+    if not done.exists():
+        return None
+    record = json.loads(done.read_text())
+    if record.get("settings") == settings_key(args):
+        return record
+    print(f"[comparison] {run_dir} finished with other settings; starting it afresh", flush=True)
+    shutil.rmtree(run_dir)
+    return None
+
+
+def run_one(args, arm: str, seed: int) -> dict[str, Any]:
+    run_dir = (args.out / "runs" / run_name(arm, seed)).resolve()
+    done = run_dir / "record.json"
+    if not args.dry_run and (record := finished_record(args, run_dir)):
+        print(f"[comparison] {arm} seed {seed}: finished earlier, reusing {done}", flush=True)
+        return record
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = run_dir / "verl_metrics.jsonl"
-    metrics.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "seal_trainer.cli",
-           *overrides(args, arm, seed, run_dir, train.resolve(), val.resolve(), validate_first)]
+    attempt = len(list(run_dir.glob("verl_metrics_*.jsonl")))
+    cmd = [sys.executable, "-m", "seal_trainer.cli", *overrides(args, arm, seed, run_dir)]
     print(f"[comparison] {arm} seed {seed}: {shlex.join(cmd)}", flush=True)
     if args.dry_run:
         return {}
     t0 = time.time()
-    with (run_dir / "console.log").open("w") as log:
-        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics)},
-                              stdout=log, stderr=subprocess.STDOUT, timeout=args.run_timeout)
-    record = run_record(read_metrics(metrics))
-    if proc.returncode != 0 or str(args.steps) not in record["validation"]["heldout"]:
-        tail = "\n".join((run_dir / "console.log").read_text(errors="replace").splitlines()[-25:])
-        raise SystemExit(f"seal-train failed for {arm} seed {seed} (exit {proc.returncode}); no results written. "
-                         f"Logs: {run_dir}\n{tail}")
-    result = {"arm": arm, "seed": seed, "steps": args.steps, "wall_s": round(time.time() - t0, 1),
-              "run_dir": str(run_dir.relative_to(args.out.resolve())), **record}
+    with (run_dir / f"console_{attempt}.log").open("w") as log:
+        proc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=args.run_timeout,
+                              env={**os.environ, "VERL_FILE_LOGGER_PATH": str(run_dir / f"verl_metrics_{attempt}.jsonl")})
+    train = train_record(read_metrics(run_dir))
+    if proc.returncode != 0 or not checkpoint_policy(run_dir, args.steps).exists():
+        tail = "\n".join((run_dir / f"console_{attempt}.log").read_text(errors="replace").splitlines()[-25:])
+        raise SystemExit(f"seal-train failed for {arm} seed {seed} (exit {proc.returncode}); restart the script to "
+                         f"resume it from its last checkpoint. Logs: {run_dir}\n{tail}")
+    train_s = time.time() - t0
+    evals = {0: evaluate(args, start_policy(args), args.out / "heldout" / "step_0.json")}
+    for step in eval_steps(args.steps, args.eval_every)[1:]:
+        evals[step] = evaluate(args, checkpoint_policy(run_dir, step), run_dir / "heldout" / f"step_{step}.json")
+    prune(run_dir, args.steps)
+    short, full = validation(evals)
+    result = {"arm": arm, "seed": seed, "steps": args.steps, "settings": settings_key(args),
+              "train_s": round(train_s, 1), "wall_s": round(time.time() - t0, 1),
+              "run_dir": str(run_dir.relative_to(args.out.resolve())),
+              "validation": short, "evaluation": full, "train": train}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.mean(values), "std": statistics.pstdev(values), "min": min(values),
-            "max": max(values), "n": len(values)}
+def settings_key(args) -> dict[str, Any]:
+    """What makes two runs of one (arm, seed) the same experiment (a record with other settings is redone)."""
+    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_samples", "eval_tasks", "response_budget", "set")
+    return {k: getattr(args, k) for k in keys} | {"train_file": str(args.train_file) if args.train_file else None}
 
 
-def aggregate(runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
-    """Per arm: success per source at step 0 (shared start) and after the last step; training figures per step."""
-    start = {name: next((r["validation"][name]["0"] for r in runs if "0" in r["validation"][name]), None)
-             for name in SOURCES}
+# ------------------------------------------------------------------------------------------------- aggregation
+
+
+def band(values: list[float]) -> dict[str, float]:
+    """Mean over seeds and its standard error (0 for one seed)."""
+    return {k: v for k, v in mean_se(values).items()}
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per arm: success curves per set and mode (mean, se over seeds); training reward and informative groups per
+    step; and the paired SEAL - vanilla difference at the last evaluated step."""
     arms: dict[str, Any] = {}
     for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
-        final = {name: spread([r["validation"][name][str(steps)] for r in mine]) for name in SOURCES
-                 if all(str(steps) in r["validation"][name] for r in mine)}
+        curves: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+        for name in SETS:
+            for mode in MODES:
+                steps = sorted({int(s) for r in mine for s, doc in r["evaluation"][name].items() if mode in doc})
+                curves.setdefault(name, {})[mode] = {
+                    str(s): band([r["evaluation"][name][str(s)][mode]["mean"] for r in mine
+                                  if mode in r["evaluation"][name].get(str(s), {})]) for s in steps}
+        steps = sorted({int(s) for r in mine for s in r["train"]})
         per_step = {}
-        for s in range(1, steps + 1):
+        for s in steps:
             rows = [r["train"][str(s)] for r in mine if str(s) in r["train"]]
-            per_step[str(s)] = {
-                "reward": spread([x.get("seal/reward_mean", 0.0) for x in rows]),
-                "informative_groups": sum(x.get("seal/informative_groups", 0.0) for x in rows),
-                "groups": sum(x.get("seal/groups", 0.0) for x in rows),
-                "interface_version": [x.get("seal/interface_version") for x in rows],
-                "w_mean": [x.get("seal/w_grad/mean") for x in rows],
-            }
-        arms[arm] = {"seeds": [r["seed"] for r in mine], "final": final, "per_step": per_step}
-    return {"start": start, "arms": arms}
+            informative = [x["seal/informative_groups"] / x["seal/groups"] for x in rows if x.get("seal/groups")]
+            per_step[str(s)] = {"reward": band([x.get("seal/reward_mean", 0.0) for x in rows]),
+                                "informative_share": band(informative) if informative else None,
+                                "informative_groups": sum(x.get("seal/informative_groups", 0.0) for x in rows),
+                                "groups": sum(x.get("seal/groups", 0.0) for x in rows),
+                                "step_s": band([x["timing_s/step"] for x in rows if "timing_s/step" in x])}
+        arms[arm] = {"seeds": [r["seed"] for r in mine], "curves": curves, "per_step": per_step}
+    return {"arms": arms, "paired": paired_vs_vanilla(runs)}
 
 
-def plot(agg: dict[str, Any], steps: int, path: Path, title: str) -> None:
+def per_task_rates(runs: list[dict[str, Any]], name: str, mode: str, step: str) -> dict[str, float]:
+    """Per task, its pass rate averaged over the runs' seeds (the unit of the paired comparison is the task)."""
+    tables = [r["evaluation"][name][step][mode]["per_task"] for r in runs if mode in r["evaluation"][name].get(step, {})]
+    tasks = set.intersection(*(set(t) for t in tables)) if tables else set()
+    return {t: sum(table[t] for table in tables) / len(tables) for t in sorted(tasks)}
+
+
+def paired_vs_vanilla(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every other arm minus vanilla at the last step both evaluated, paired by task (pass rates averaged over
+    seeds), with the 95% interval and the difference such a test would detect with 80% power."""
+    base = [r for r in runs if r["arm"] == "vanilla"]
+    out: dict[str, Any] = {}
+    for arm in dict.fromkeys(r["arm"] for r in runs if r["arm"] != "vanilla"):
+        mine = [r for r in runs if r["arm"] == arm]
+        if not base or not mine:
+            continue
+        step = str(min(max(int(s) for s in r["evaluation"]["heldout"]) for r in base + mine))
+        for name in SETS:
+            for mode in MODES:
+                a, b = per_task_rates(mine, name, mode, step), per_task_rates(base, name, mode, step)
+                if a and b:
+                    d = paired_difference(a, b)
+                    d["detectable"] = detectable_difference(d["se"])
+                    out.setdefault(arm, {}).setdefault(name, {})[mode] = {"step": int(step), **d}
+    return out
+
+
+def plot(agg: dict[str, Any], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    arms = list(agg["arms"])
-    for i, arm in enumerate(arms):
-        doc = agg["arms"][arm]
-        dx = (i - (len(arms) - 1) / 2) * 0.06  # arms side by side where their points coincide
-        for ax, name in zip(axes[:2], SOURCES):
-            if agg["start"][name] is None or name not in doc["final"]:
-                continue
-            f = doc["final"][name]
-            ax.errorbar([0 + dx, steps + dx], [agg["start"][name], f["mean"]], yerr=[0, f["std"]], marker="o",
-                        capsize=4, label=f"{arm} ({f['n']} seeds)")
-        xs = [int(s) for s in doc["per_step"]]
-        share = [p["informative_groups"] / p["groups"] if p["groups"] else 0.0 for p in doc["per_step"].values()]
-        axes[2].bar([x + (i - (len(arms) - 1) / 2) * 0.8 / len(arms) for x in xs], share, width=0.8 / len(arms),
-                    label=arm)
-    for ax, name in zip(axes[:2], SOURCES):
-        ax.set_title(f"{name} shop tasks (eval mode, greedy)")
-        ax.set_ylabel("task success")
-    axes[2].set_title("training groups with non-zero advantage")
-    axes[2].set_ylabel("share of GRPO groups (all seeds)")
-    for ax in axes:
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
+    for i, (arm, doc) in enumerate(agg["arms"].items()):
+        color = f"C{i}"
+        for ax, name in zip(axes[:2], SETS):
+            for mode, style in zip(MODES, ("-", "--")):
+                curve = doc["curves"][name].get(mode) or {}
+                if not curve:
+                    continue
+                xs = [int(s) for s in curve]
+                ys = [c["mean"] for c in curve.values()]
+                se = [c["se"] for c in curve.values()]
+                ax.plot(xs, ys, style, marker="o", color=color, label=f"{arm} {mode} ({len(doc['seeds'])} seeds)")
+                ax.fill_between(xs, [y - e for y, e in zip(ys, se)], [y + e for y, e in zip(ys, se)], color=color,
+                                alpha=0.15)
+        steps = [int(s) for s in doc["per_step"]]
+        for ax, key in ((axes[2], "reward"), (axes[3], "informative_share")):
+            pts = [(s, p[key]) for s, p in zip(steps, doc["per_step"].values()) if p[key]]
+            if pts:
+                xs, ys, se = [s for s, _ in pts], [c["mean"] for _, c in pts], [c["se"] for _, c in pts]
+                ax.plot(xs, ys, marker=".", color=color, label=arm)
+                ax.fill_between(xs, [y - e for y, e in zip(ys, se)], [y + e for y, e in zip(ys, se)], color=color,
+                                alpha=0.15)
+    titles = ("held-out: shop eval split (24 tasks)", "OOD: bundled hand-written shop tasks",
+              "training reward (mean over the step's rollouts)", "GRPO groups with non-zero advantage (share)")
+    for ax, text in zip(axes, titles):
+        ax.set_title(text, fontsize=10)
         ax.set_xlabel("GRPO step")
         ax.set_ylim(-0.02, 1.02)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("success (mean over seeds, band: +- se)")
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
-def print_table(agg: dict[str, Any], steps: int) -> None:
-    start = agg["start"]
-    print(f"task success, step 0 (shared start): held-out {start['heldout']}, bundled {start['bundled']}")
-    print(f"{'arm':16s}{'held-out step ' + str(steps):>22s}{'bundled step ' + str(steps):>22s}  "
-          "informative groups per step | train reward per step")
+def table(agg: dict[str, Any]) -> str:
+    lines = [f"{'arm':16s}{'set':9s}{'mode':9s}  success by step: mean +- se over seeds"]
     for arm, doc in agg["arms"].items():
-        cells = [f"{doc['final'][n]['mean']:.3f} +- {doc['final'][n]['std']:.3f}".rjust(22) if n in doc["final"]
-                 else "-".rjust(22) for n in SOURCES]
-        groups = " ".join(f"{p['informative_groups']:.0f}/{p['groups']:.0f}" for p in doc["per_step"].values())
-        reward = " ".join(f"{p['reward']['mean']:.3f}" for p in doc["per_step"].values())
-        print(f"{arm:16s}{''.join(cells)}  {groups} | {reward}")
+        for name in SETS:
+            for mode in MODES:
+                curve = doc["curves"][name].get(mode) or {}
+                cells = "  ".join(f"{s}: {c['mean']:.3f}+-{c['se']:.3f}" for s, c in curve.items())
+                lines.append(f"{arm:16s}{name:9s}{mode:9s}  {cells}")
+    lines.append("paired by task (pass rates averaged over seeds), arm minus vanilla at the last evaluated step:")
+    for arm, sets in agg["paired"].items():
+        for name, modes in sets.items():
+            for mode, d in modes.items():
+                lines.append(f"  {arm} - vanilla, {name} {mode}, step {d['step']}: {d['diff']:+.3f} "
+                             f"(95% CI {d['ci'][0]:+.3f} .. {d['ci'][1]:+.3f}, {d['n']} tasks, better on {d['better']}, "
+                             f"worse on {d['worse']}); detectable with 80% power: {d['detectable']:.3f}")
+    return "\n".join(lines)
 
 
-def finish(args, runs: list[dict[str, Any]], wall: float | None) -> None:
-    agg = aggregate(runs, args.steps)
-    settings = {k: v.name if isinstance(v, Path) else v for k, v in vars(args).items()}  # no machine paths
+def finish(args, runs: list[dict[str, Any]], wall: float | None) -> dict[str, Any]:
+    agg = aggregate(runs)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     doc = {"date": time.strftime("%Y-%m-%d"), "settings": settings, "runs": runs, **agg, "wall_s": wall}
     (args.out / "comparison.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot(agg, args.steps, args.out / "comparison.png",
-         f"{args.title}: {' vs '.join(agg['arms'])}, {args.steps} GRPO steps, {time.strftime('%Y-%m-%d')}")
-    print_table(agg, args.steps)
+    plot(agg, args.out / "comparison.png", f"{args.title}: {' vs '.join(agg['arms'])}, {args.steps} GRPO steps x "
+         f"{args.prompts * args.rollouts} rollouts, {time.strftime('%Y-%m-%d')}")
+    print(table(agg))
     print(f"wrote {args.out / 'comparison.json'} and {args.out / 'comparison.png'}")
+    return doc
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     from seal_trainer.config import ABLATIONS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=["vanilla", "full"], choices=sorted(ABLATIONS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=2, help="GRPO steps per run (main job's batch: 2 prompts x 4)")
-    p.add_argument("--bundled", type=int, default=6, help="hand-written shop tasks validated as the OOD check")
+    p.add_argument("--steps", type=int, default=20, help="GRPO steps per run")
+    p.add_argument("--prompts", type=int, default=4, help="prompts (GRPO groups) per step")
+    p.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt (group size)")
+    p.add_argument("--eval-every", type=int, default=5, help="checkpoint and evaluate every N steps")
+    p.add_argument("--eval-samples", type=int, default=4, help="sampled episodes per task, besides the greedy one")
+    p.add_argument("--eval-tasks", type=int, default=None, help="the first N tasks of each set (default: all)")
+    p.add_argument("--temperature", type=float, default=0.7, help="of the sampled evaluation (training's)")
+    p.add_argument("--response-budget", type=int, default=1024, help="data.max_response_length, also in evaluation")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more seal-train overrides, every run")
-    p.add_argument("--train-file", type=Path, help="training parquet (default: the main job's, see write_data)")
-    p.add_argument("--val-file", type=Path, help="validation parquet (default: held-out + bundled, see write_data)")
+    p.add_argument("--train-file", type=Path, help="training parquet (default: seal-train's, shop's train split)")
     p.add_argument("--title", default="SmolLM2-135M warm-started, shop", help="the plot's title")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--run-timeout", type=float, default=3600)
+    p.add_argument("--run-timeout", type=float, default=12 * 3600)
+    p.add_argument("--smoke", action="store_true", help="tiny model, 2 steps, 1 seed, 2 tasks per set: plumbing")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--aggregate-only", action="store_true", help="no training: results of the finished runs")
     args = p.parse_args(argv)
+    if args.smoke:
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+        args.set = [*SMOKE_SET, *args.set]
+        args.title = "smoke: tiny random Qwen2 (learns nothing)"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.aggregate_only:
-        runs = [{"arm": a, "seed": s, "run_dir": str(d.relative_to(args.out)),
-                 **run_record(read_metrics(d / "verl_metrics.jsonl"))}
-                for a in args.arms for s in args.seeds if (d := args.out / "runs" / f"{a}_s{s}").exists()]
-        finish(args, [r for r in runs if str(args.steps) in r["validation"]["heldout"]], None)
+        runs = [json.loads(path.read_text()) for a in args.arms for s in args.seeds
+                if (path := args.out / "runs" / run_name(a, s) / "record.json").exists()]
+        finish(args, runs, None)
         return 0
-    if (args.train_file is None) != (args.val_file is None):
-        raise SystemExit("--train-file and --val-file go together")
-    train, val = (args.train_file, args.val_file) if args.train_file else write_data(args.out / "data", args.bundled)
     runs: list[dict[str, Any]] = []
     t0 = time.time()
     for seed in args.seeds:
         for arm in args.arms:
-            run = run_one(args, arm, seed, train, val, validate_first=not runs)
+            run = run_one(args, arm, seed)
             if run:
                 runs.append(run)
                 print(f"[comparison] {arm} seed {seed}: {run['wall_s']:.0f} s, held-out {run['validation']['heldout']}"
                       f", bundled {run['validation']['bundled']}", flush=True)
-                (args.out / "comparison.partial.json").write_text(json.dumps(runs, indent=1) + "\n")
     if not args.dry_run:
         finish(args, runs, round(time.time() - t0, 1))
     return 0

@@ -17,7 +17,10 @@ Per sample (a dataset row with ``agent_name="seal_tool_env"`` and the ``seal_*``
    never reached, so labels and tags cover the whole task, as the reference pads them); return
    ``AgentLoopOutput`` with the env's 0/1 reward and per-sample ``extra_fields``: ``seal_labels`` and
    ``seal_tags`` (one per turn of the task), ``seal_infrastructure_error``, ``seal_task_id``,
-   ``seal_interface_version``, ``seal_truncated``.
+   ``seal_interface_version``, ``seal_truncated``;
+5. a training episode's task id, labels, tags, reward and infrastructure flag are also posted to the
+   ``InterfaceBoard`` (``seal_trainer.envpool``), from which the closed loop drains every rollout of the step,
+   including those of groups that dynamic sampling (``algorithm.filter_groups``) drops.
 
 A failing env (reset or step raising, sandbox died, an infrastructure label) never raises out of ``run``:
 the sample is returned with reward 0, ``seal_infrastructure_error=True`` and an all-zero response mask, and
@@ -40,7 +43,7 @@ from seal_envs.evaluation.batch_generate import row_seed
 from seal_envs.formats import ToolFormat, get_tool_format
 from seal_envs.tool_template import ensure_tool_template
 from seal_trainer.config import seal_config_from
-from seal_trainer.envpool import EnvSpec, board_get, get_board, get_env_pool
+from seal_trainer.envpool import EnvSpec, board_get, board_post_rollout, get_board, get_env_pool
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("SEAL_LOGGING_LEVEL", "WARNING"))
@@ -79,6 +82,19 @@ def _new_tools_message(old: list[dict], new: list[dict], tool_format: ToolFormat
     return {"role": "system", "content": tool_format.announce_tools(added)}
 
 
+async def _post_outcome(output: AgentLoopOutput) -> None:
+    """Post a finished training episode to the board, for the closed loop's failure profile: it sees every
+    rollout, also those of groups that dynamic sampling (``algorithm.filter_groups``) drops before the update."""
+    extra = output.extra_fields
+    record = {"task_id": extra.get("seal_task_id", ""), "labels": json.loads(extra["seal_labels"]),
+              "tags": json.loads(extra["seal_tags"]), "reward": float(output.reward_score or 0.0),
+              "infrastructure_error": bool(extra.get("seal_infrastructure_error"))}
+    try:
+        await board_post_rollout(get_board(), record)
+    except Exception:  # the profile then misses this rollout; the rollout itself is not at fault
+        logger.warning("could not post a rollout to the interface board", exc_info=True)
+
+
 @register(AGENT_NAME)
 class SealToolEnvAgentLoop(AgentLoopBase):
     """Multi-turn tool use against a SEAL env (see module docstring)."""
@@ -113,17 +129,20 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         env = None
         try:
             env = await pool.acquire()
-            return await self._episode(env, pool, spec, task_id, int(seed), sampling_params, metrics, kwargs)
+            output = await self._episode(env, pool, spec, task_id, int(seed), sampling_params, metrics, kwargs)
         except Exception as exc:  # anything our side breaks: mask the sample, keep the worker alive
             logger.warning("SEAL episode failed (task %s): %r", task_id, exc, exc_info=True)
             if env is not None:
                 await pool.release(env, broken=True)
                 env = None
-            return await self._failed_output(kwargs, task_id, repr(exc), metrics)
+            output = await self._failed_output(kwargs, task_id, repr(exc), metrics)
         finally:
             if env is not None and getattr(env, "_seal_in_use", False):
                 env._seal_in_use = False
                 await pool.release(env)
+        if spec.mode == "train":
+            await _post_outcome(output)
+        return output
 
     async def _episode(self, env, pool, spec, task_id, seed, sampling_params, metrics, row) -> AgentLoopOutput:
         env._seal_in_use = True

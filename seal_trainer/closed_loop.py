@@ -1,6 +1,8 @@
 """The closed loop: Omega_{t+1} = Evolve(Omega_t, C_t) between training steps.
 
-After each step the trainer hands every rollout's turn labels, turn tags and reward to ``ClosedLoop.observe``;
+After each step the trainer hands every rollout's turn labels, turn tags and reward to ``ClosedLoop.observe``:
+``observe_posted`` drains them from the ``InterfaceBoard``, where the agent loop posts every finished training
+episode (so groups that dynamic sampling drops before the advantage step count too);
 ``ClosedLoop.update`` aggregates the window into the failure profile C_t (``seal_envs.interface.FailureProfile``:
 per label and tag, turns seen and the mean reward of their rollouts; infrastructure/task faults excluded), evolves
 the interface with ``seal_envs.interface.evolve`` and publishes it on the ``InterfaceBoard``
@@ -25,7 +27,7 @@ from typing import Any
 
 from seal_envs.interface import EvolutionConfig, FailureProfile, InterfaceState, evolve
 
-from seal_trainer.envpool import get_board
+from seal_trainer.envpool import board_drain_rollouts, get_board
 
 
 class ClosedLoop:
@@ -54,6 +56,18 @@ class ClosedLoop:
         self.window.append(profile)
         return profile
 
+    def observe_posted(self, epoch: int | None = None) -> tuple[FailureProfile, int] | None:
+        """Add every training episode the agent loop posted to the board since the last call (all rollouts of the
+        step, including groups dynamic sampling dropped); returns (profile, rollouts), or None if none were
+        posted (an agent loop that does not post: the trainer observes its batch instead)."""
+        posted = board_drain_rollouts(self.board if self.board is not None else get_board())
+        if not posted:
+            return None
+        profile = self.observe([r["labels"] for r in posted], [r["tags"] for r in posted],
+                               [r["reward"] for r in posted], [not r["infrastructure_error"] for r in posted],
+                               epoch=epoch)
+        return profile, len(posted)
+
     def profile(self) -> FailureProfile:
         return sum(self.window, FailureProfile())
 
@@ -62,7 +76,10 @@ class ClosedLoop:
         return not self.interface_evolution or (not self.closed_loop_update and self.updates >= 1)
 
     def start(self) -> None:
-        """Publish the starting interface, so that the first step's training envs already use it."""
+        """Create the job's board (the agent loop posts every training episode to it, whatever the arm) and
+        publish the starting interface, so that the first step's training envs already use it."""
+        if self.board is None:
+            self.board = get_board(create=True)
         if not self.interface.is_original:
             self.publish(0)
 

@@ -12,6 +12,11 @@ pool to adopt it (``env.unwrapped.mutate(InterfaceState)``). Evaluation envs (``
 touched: validation always sees the original interface. Outside Ray (unit tests) a process-local board
 is used.
 
+The board also collects every finished *training* episode's outcome (``post_rollout``: task id, turn labels and
+tags, reward, infrastructure flag), which the trainer's closed loop drains once per step (``drain_rollouts``).
+This is how the failure profile sees every rollout, including those of groups that verl's dynamic sampling
+(``algorithm.filter_groups``) discards before the advantage step.
+
 Scaling knobs:
 
 - ``seal.env_pool_size`` (``SEAL_ENV_POOL_SIZE``): max envs per pool per agent-loop worker; an episode
@@ -167,12 +172,21 @@ def all_pools() -> dict[EnvSpec, EnvPool]:
 
 
 class InterfaceBoardImpl:
-    """Holds the latest training interface (JSON) and its version; one per training job."""
+    """Holds the latest training interface (JSON) and its version, and the training episodes finished since
+    the last drain; one per training job."""
 
     def __init__(self):
         self.version = 0
         self.interface_json: str | None = None
         self.history: list[dict[str, Any]] = []
+        self.rollouts: list[dict[str, Any]] = []
+
+    def post_rollout(self, record: dict[str, Any]) -> None:
+        self.rollouts.append(record)
+
+    def drain_rollouts(self) -> list[dict[str, Any]]:
+        drained, self.rollouts = self.rollouts, []
+        return drained
 
     def publish(self, interface_json: str, step: int | None = None) -> int:
         self.version += 1
@@ -227,6 +241,26 @@ async def board_get(board, known_version: int) -> tuple[int, str | None]:
     return await board.get.remote(known_version)
 
 
+async def board_post_rollout(board, record: dict[str, Any]) -> None:
+    if board is None:
+        return
+    if isinstance(board, InterfaceBoardImpl):
+        board.post_rollout(record)
+    else:
+        await board.post_rollout.remote(record)
+
+
+def board_drain_rollouts(board) -> list[dict[str, Any]]:
+    """Every training episode posted since the last drain (``[]`` without a board)."""
+    if board is None:
+        return []
+    if isinstance(board, InterfaceBoardImpl):
+        return board.drain_rollouts()
+    import ray
+
+    return list(ray.get(board.drain_rollouts.remote()))
+
+
 def reset_local_state() -> None:
     """Forget pools and the local board (tests)."""
     global _LOCAL_BOARD
@@ -236,4 +270,5 @@ def reset_local_state() -> None:
     _LOCAL_BOARD = None
 
 
-__all__ = ["BOARD_NAME", "EnvPool", "EnvSpec", "InterfaceBoardImpl", "get_board", "get_env_pool"]
+__all__ = ["BOARD_NAME", "EnvPool", "EnvSpec", "InterfaceBoardImpl", "board_drain_rollouts", "board_post_rollout",
+           "get_board", "get_env_pool"]

@@ -8,8 +8,12 @@ Registered as V1 trainer mode ``seal_sync`` (``trainer.v1.trainer_mode=seal_sync
   w_j from the tags (``seal_trainer.advantage``; dynamic rho over the epoch's rollouts), masks infrastructure
   failures out of their GRPO groups, and writes w_j * A_j. A batch without tags is refused, never silently plain
   GRPO. Other estimators fall through to verl's step unchanged.
+- dynamic sampling (verl's DAPO, ``algorithm.filter_groups``) works unchanged, bounded by
+  ``filter_groups.max_num_gen_batches`` refills per step (verl's V1 buffer ignores it, and would refill forever
+  for a policy that passes or fails every task); ``seal/refilled_prompts`` counts them.
 - before the first step the starting interface (schema cues, as the reference's main configuration) is published;
-  after each step the closed loop (``seal_trainer.closed_loop``) adds every rollout's labels, tags and reward to
+  after each step the closed loop (``seal_trainer.closed_loop``) adds every training rollout's labels, tags and
+  reward (drained from the board the agent loop posts them to: also the groups dynamic sampling dropped) to
   its window's failure profile, evolves the interface and publishes it to every agent-loop worker.
 - per step it logs (metrics ``seal/*`` and one JSON line in ``seal.log_path``): failure profile, interface
   state, label and tag distribution, w statistics over the rollouts that carry gradient and over all of them
@@ -112,6 +116,8 @@ class SealPPOTrainer(PPOTrainerSync):
                                       self.seal.profile_window, self.seal.interface)
         self._seal_step: dict[str, Any] = {}
         self._seal_pending: dict[str, float] = {}
+        self._refilled_prompts = 0  # DAPO refills of this step (see _add_prompts_to_generate)
+        self._filter_metric: str | None = None  # the DAPO metric while filtering is suspended for a step
         log_path = self.seal.log_path or os.path.join(config.trainer.default_local_dir, "seal_steps.jsonl")
         self.seal_log_path = Path(log_path)
         if config.algorithm.adv_estimator == "seal_grpo" and config.algorithm.use_kl_in_reward:
@@ -154,7 +160,12 @@ class SealPPOTrainer(PPOTrainerSync):
         kept = [l for l, ok in zip(rollouts.labels, valid) if ok]
         dist = label_distribution(kept)
         tag_dist = label_distribution([t for t, ok in zip(rollouts.tags, valid) if ok])
-        profile = self.closed_loop.observe(rollouts.labels, rollouts.tags, rewards, valid, epoch=self._epoch())
+        posted = self.closed_loop.observe_posted(epoch=self._epoch())  # every rollout, dropped groups too
+        if posted is None:
+            profile, profiled = self.closed_loop.observe(rollouts.labels, rollouts.tags, rewards, valid,
+                                                         epoch=self._epoch()), len(rollouts.labels)
+        else:
+            profile, profiled = posted
         r = np.asarray(rewards, dtype=float)
         informative, groups = informative_groups(uids, rewards, valid)
         step_metrics: dict[str, float] = {
@@ -163,6 +174,7 @@ class SealPPOTrainer(PPOTrainerSync):
             "seal/interface_version": float(self.closed_loop.interface.version),
             "seal/reward_mean": float(r[valid].mean()) if valid.any() else 0.0,
             "seal/informative_groups": float(informative), "seal/groups": float(groups),
+            "seal/profiled_rollouts": float(profiled),
         }
         w_stats = weight_metrics(np.asarray(weights), rollouts.tags, valid, np.asarray(carries_gradient, dtype=bool))
         step_metrics.update(w_stats)
@@ -175,7 +187,26 @@ class SealPPOTrainer(PPOTrainerSync):
             "weights": [round(float(w), 4) for w in weights], "infrastructure_errors": int(rollouts.infra.sum()),
             "reward_mean": step_metrics["seal/reward_mean"], "rho": self.reweighter.state()["rho"],
             "n": len(rollouts.labels), "groups": groups, "informative_groups": informative,
+            "profiled_rollouts": profiled,
         }
+
+    # ------------------------------------------------------------------ dynamic sampling
+
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        """verl's DAPO refill (``algorithm.filter_groups``), bounded: the V1 replay buffer refills without limit, so
+        a policy that passes or fails every task would generate forever. Past ``max_num_gen_batches`` x
+        ``data.train_batch_size`` refilled prompts in a step (0: no limit), the step stops filtering: this refill
+        and the groups still running are kept whatever their rewards, and filtering resumes at the next step."""
+        self._refilled_prompts += num_prompts
+        filter_groups = self.config.algorithm.get("filter_groups", None) or {}
+        cap = int(filter_groups.get("max_num_gen_batches", 0) or 0) * int(self.config.data.train_batch_size)
+        buffer = getattr(self, "replay_buffer", None)
+        if cap > 0 and self._refilled_prompts > cap and buffer is not None and buffer.filter_groups_metric:
+            logger.warning("step %d: dynamic sampling refilled %d prompts (algorithm.filter_groups.max_num_gen_batches"
+                           "=%s); the step takes the next groups whatever their rewards", self.global_steps,
+                           self._refilled_prompts - num_prompts, filter_groups.get("max_num_gen_batches"))
+            self._filter_metric, buffer.filter_groups_metric = buffer.filter_groups_metric, None
+        return super()._add_prompts_to_generate(num_prompts)
 
     # ------------------------------------------------------------------ closed loop
 
@@ -186,6 +217,10 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def on_step_end(self):
         super().on_step_end()
+        self._seal_pending["seal/refilled_prompts"] = float(self._refilled_prompts)
+        self._refilled_prompts = 0
+        if self._filter_metric:  # filtering was suspended for the rest of this step
+            self.replay_buffer.filter_groups_metric, self._filter_metric = self._filter_metric, None
         before = self.closed_loop.interface
         state, changed = self.closed_loop.update(self.global_steps)
         record = {
@@ -193,8 +228,8 @@ class SealPPOTrainer(PPOTrainerSync):
             **self._seal_step,
             "interface_before": before.to_json(), "interface": state.to_json(), "interface_changed": changed,
         }
-        self._seal_pending = {"seal/interface_changed": float(changed),
-                              "seal/interface_version_next": float(state.version)}
+        self._seal_pending.update({"seal/interface_changed": float(changed),
+                                   "seal/interface_version_next": float(state.version)})
         self._log(record)
         if self.seal.print_steps:
             s = self._seal_step

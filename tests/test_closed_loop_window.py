@@ -46,3 +46,34 @@ def test_training_starts_from_schema_cues_and_publishes_them():
     assert off.interface.is_original and off.board.version == 0
     observe(off, [STATE] * 9, epoch=0)
     assert off.update(1) == (InterfaceState(), False)
+
+
+def test_the_profile_counts_rollouts_of_groups_dynamic_sampling_dropped(monkeypatch):
+    """The agent loop posts every finished training episode to the board; the closed loop drains them all, so a
+    group whose rewards were all equal (dropped by algorithm.filter_groups before the advantage step) counts."""
+    import asyncio
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+
+    import seal_trainer.agent_loop as agent_loop
+    from seal_trainer.agent_loop import SealToolEnvAgentLoop, _post_outcome
+
+    board = InterfaceBoardImpl()
+    loop = ClosedLoop(board=board)
+
+    def output(labels, tags, reward, infra=False):
+        extra = SealToolEnvAgentLoop._extra("t0", labels, tags, infra, False, 1, "train")
+        return AgentLoopOutput(prompt_ids=[1], response_ids=[2], response_mask=[1], reward_score=reward,
+                               num_turns=2, metrics=AgentLoopMetrics(), extra_fields=extra)
+
+    monkeypatch.setattr(agent_loop, "get_board", lambda: board)  # the job's board (a named Ray actor in training)
+    dropped_group = [output(*SPURIOUS, 0.0)] * 4  # all failed: DAPO drops it, it never reaches the batch
+    kept_group = [output(*STATE[:2], 0.0), output(["pass", "pass"], ["pass", "pass"], 1.0)] * 2
+    infra = [output(["infrastructure_error"], ["infrastructure_error"], 0.0, infra=True)]
+    for o in dropped_group + kept_group + infra:
+        asyncio.run(_post_outcome(o))
+    profile, posted = loop.observe_posted(epoch=0)
+    assert posted == 9 and profile.tags["spurious_tool_call"].count == 4  # the dropped group is in the profile
+    assert profile.tags["state_mismatch"].count == 2 and profile.tags["pass"].count == 6
+    assert "infrastructure_error" not in profile.tags  # masked, as in the batch
+    assert loop.observe_posted(epoch=0) is None and board.rollouts == []  # drained once

@@ -1,0 +1,120 @@
+"""The held-out evaluation (standard errors by task, paired comparisons) and the comparison runner's pieces."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from seal_envs.evaluation.heldout import HeldoutSettings, compare, evaluate_model, evaluation_sets, summarize
+from seal_envs.evaluation.stats import detectable_difference, mean_se, paired_difference
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _comparison():
+    spec = importlib.util.spec_from_file_location("comparison", REPO / "benchmarks" / "comparison.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("comparison", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_standard_error_is_over_tasks_and_the_paired_interval_holds_the_difference():
+    s = mean_se([1.0, 0.0, 0.5, 0.5])
+    assert s["mean"] == 0.5 and s["n"] == 4 and math.isclose(s["se"], math.sqrt((0.25 + 0.25) / 3 / 4))
+    a = {"t1": 1.0, "t2": 0.75, "t3": 0.5, "t4": 0.25, "other": 1.0}
+    b = {"t1": 0.75, "t2": 0.5, "t3": 0.5, "t4": 0.0}
+    d = paired_difference(a, b)
+    assert d["n"] == 4 and math.isclose(d["diff"], 0.1875) and d["better"] == 3 and d["worse"] == 0
+    half = 3.182 * 0.0625  # t(0.975, 3) x se of the differences (.25, .25, 0, .25)
+    assert d["ci"] == pytest.approx([0.1875 - half, 0.1875 + half], abs=1e-3) and d["ci"][0] < 0  # 4 tasks: unresolved
+    assert detectable_difference(0.05) == pytest.approx(0.14, abs=0.01)  # (1.96 + 0.84) x se
+    with pytest.raises(ValueError, match="share no task"):
+        paired_difference({"x": 1.0}, {"y": 1.0})
+
+
+def test_the_evaluation_sets_are_the_whole_eval_split_and_the_bundled_tasks():
+    sets = evaluation_sets("shop")
+    assert len(sets["heldout"]) == 24 and len(sets["ood"]) == 36
+    assert not {t.id for t in sets["heldout"]} & {t.id for t in sets["ood"]}
+
+
+@pytest.mark.slow
+def test_a_model_is_evaluated_greedy_and_sampled_per_task():
+    from seal_envs.evaluation.batched import Limits
+    from seal_trainer.models import resolve_model
+
+    sets = {name: tasks[:1] for name, tasks in evaluation_sets("shop").items()}
+    result = evaluate_model(resolve_model("tiny"), sets, HeldoutSettings(samples=2, batch_size=4, limits=Limits(16, 2)))
+    for name, tasks in sets.items():
+        doc = result["sets"][name]
+        for mode in ("greedy", "sampled"):
+            assert set(doc[mode]["per_task"]) == {t.id for t in tasks} and doc[mode]["n"] == 1
+            assert 0.0 <= doc[mode]["mean"] <= 1.0 and doc[mode]["se"] >= 0.0
+    assert compare(result, result)["heldout"]["greedy"]["diff"] == 0.0
+
+
+def _evaluation(rates: dict[str, float]) -> dict:
+    per_set = summarize({"greedy": rates, "sampled": rates})
+    return {"sets": {"heldout": {**per_set, "tasks": len(rates)}, "ood": {**per_set, "tasks": len(rates)}}}
+
+
+def test_comparison_runs_aggregate_into_curves_and_a_paired_difference(tmp_path: Path):
+    cmp = _comparison()
+    assert cmp.eval_steps(20, 5) == [0, 5, 10, 15, 20] and cmp.eval_steps(7, 5) == [0, 5, 7]
+    args = cmp.parse(["--out", str(tmp_path)])
+    assert (args.steps, args.prompts * args.rollouts, len(args.seeds)) == (20, 16, 3)
+    a, b = cmp.overrides(args, "vanilla", 1, tmp_path / "r"), cmp.overrides(args, "full", 1, tmp_path / "r")
+    assert [x for x in a if x not in b] == ["seal.ablation=vanilla", "trainer.experiment_name=vanilla_s1"]
+    assert {"trainer.save_freq=5", "trainer.resume_mode=auto", "trainer.test_freq=-1"} <= set(a)
+
+    # verl truncates its metrics file: each attempt writes its own, a step redone after a resume keeps the last
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "verl_metrics_0.jsonl").write_text(json.dumps({"step": 1, "data": {"timing_s/step": 1.0,
+                                                                              "seal/reward_mean": 0.1}}) + "\n")
+    (run / "verl_metrics_1.jsonl").write_text(json.dumps({"step": 1, "data": {"timing_s/step": 2.0,
+                                                                              "seal/reward_mean": 0.2}}) + "\n")
+    assert cmp.train_record(cmp.read_metrics(run))["1"]["seal/reward_mean"] == 0.2
+
+    tasks = [f"t{i}" for i in range(6)]
+    runs = []
+    for arm, lift in (("vanilla", 0.0), ("full", 0.25)):
+        for seed in (0, 1):
+            evals = {0: _evaluation({t: 0.25 for t in tasks}),
+                     5: _evaluation({t: min(1.0, 0.25 + lift * (i % 3 > 0) + 0.05 * seed) for i, t in enumerate(tasks)})}
+            short, full = cmp.validation(evals)
+            train = {str(s): {"seal/reward_mean": 0.3, "seal/informative_groups": 2.0, "seal/groups": 4.0,
+                              "timing_s/step": 10.0} for s in range(1, 6)}
+            runs.append({"arm": arm, "seed": seed, "steps": 5, "validation": short, "evaluation": full, "train": train})
+    agg = cmp.aggregate(runs)
+    assert runs[0]["validation"]["heldout"] == {"0": 0.25, "5": 0.25}  # comparison.json's shape, keyed by step
+    assert agg["arms"]["full"]["curves"]["heldout"]["sampled"]["5"]["n"] == 2
+    d = agg["paired"]["full"]["heldout"]["greedy"]
+    assert d["step"] == 5 and d["n"] == 6 and math.isclose(d["diff"], 0.25 * 4 / 6) and d["better"] == 4
+    assert agg["arms"]["full"]["per_step"]["3"]["informative_share"]["mean"] == 0.5
+    assert "full - vanilla, heldout greedy, step 5: +0.167" in cmp.table(agg)
+    cmp.plot(agg, tmp_path / "comparison.png", "test")
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000
+
+
+def test_a_finished_run_is_reused_when_the_script_restarts(tmp_path: Path):
+    cmp = _comparison()
+    args = cmp.parse(["--out", str(tmp_path), "--steps", "3"])
+    run_dir = tmp_path / "runs" / "full_s0"
+    run_dir.mkdir(parents=True)
+    record = {"arm": "full", "seed": 0, "steps": 3, "settings": cmp.settings_key(args), "marker": 1}
+    (run_dir / "record.json").write_text(json.dumps(record))
+    assert cmp.run_one(args, "full", 0)["marker"] == 1  # no seal-train started: the record is reused
+    folders = [run_dir / f"global_step_{s}" / "actor" / sub for s in (1, 3) for sub in ("huggingface", "optim")]
+    for folder in folders:
+        folder.mkdir(parents=True)
+    cmp.prune(run_dir, 3)
+    assert [f.exists() for f in folders] == [False, False, True, False]  # only the final policy stays
+    other = cmp.parse(["--out", str(tmp_path), "--steps", "3", "--eval-samples", "8"])
+    assert cmp.finished_record(other, run_dir) is None and not run_dir.exists()  # other settings: afresh, never mixed
