@@ -228,7 +228,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         observation = self._start_turn()
         self.messages.extend(observation)
         observation = tuple(self.messages)
-        return observation, self._info(task_error=self._task_error, infrastructure_error=self._infrastructure_error)
+        return observation, self._info(error=self._task_error or self._infrastructure_error)
 
     def _start_turn(self) -> list[Message]:
         turn = self._task.turns[self._turn]
@@ -243,16 +243,26 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         return [self.protocol.tool_schema(self.tools[n], self._task, self._episode_interface)
                 for n in self._available if n in self.tools]
 
-    def _info(self, **extra: Any) -> dict[str, Any]:
-        return {
+    def _info(self, diagnosis: Diagnosis | None = None, error: str | None = None, **extra: Any) -> dict[str, Any]:
+        """The info of a reset or step. Every key keeps one type in every info, and ``label``, ``diagnosis`` and
+        ``error`` are absent rather than None, so Gymnasium's vector envs merge any mix of sub-env infos (a dict
+        in one env and None in another breaks their merge; a bool array would swallow a reason string)."""
+        info = {
             "task_id": self._task.id,
             "category": self._task.category,
             "turn": self._turn,
             "tools": self.tool_schemas,
             "labels": [d.label.value for d in self._diagnoses],
             "interface_version": self._episode_interface.version,
+            "task_error": self._task_error is not None,
+            "infrastructure_error": self._infrastructure_error is not None,
             **extra,
         }
+        if diagnosis is not None:
+            info["label"], info["diagnosis"] = diagnosis.label.value, diagnosis.to_json()
+        if error is not None:
+            info["error"] = error
+        return info
 
     def _execute(self, call: ToolCall) -> tuple[CallRecord, CallResult | None]:
         tool = self.protocol.resolve(call, self._task, self._available, self.tools)
@@ -345,9 +355,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 finished = self._turn == len(self._task.turns)
                 reward = float(finished and all(v.passed for v in self._verdicts))
         self.messages.extend(observation)
-        info = self._info(turn_ended=turn_ended, label=diagnosis.label.value if diagnosis else None,
-                          diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False,
-                          calls=list(parsed.calls), force_quit=cap_hit)
+        info = self._info(diagnosis, turn_ended=turn_ended, calls=list(parsed.calls), force_quit=cap_hit)
         info["turn"] = acted_turn
         if terminated:
             info["verdicts"] = [v.passed for v in self._verdicts]
@@ -374,8 +382,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         diagnosis = Diagnosis(self._turn, label, reason)
         self._diagnoses.append(diagnosis)
         self._done = True
-        info = self._info(turn_ended=True, label=label.value, diagnosis=diagnosis.to_json(),
-                          infrastructure_error=label is Label.INFRASTRUCTURE_ERROR, task_error=label is Label.TASK_ERROR)
+        if label is Label.TASK_ERROR:
+            self._task_error = reason
+        else:
+            self._infrastructure_error = reason
+        info = self._info(diagnosis, reason, turn_ended=True, calls=[], force_quit=False)
         return (), 0.0, True, False, info
 
     @property

@@ -51,7 +51,8 @@ def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
     observation, info = env.reset(options={"task_id": task.id})
     policy.start(task)
     messages = list(observation)
-    record = EpisodeRecord(task.id, task.category, 0.0, [], calls=[[]], task_error=info.get("task_error"))
+    record = EpisodeRecord(task.id, task.category, 0.0, [], calls=[[]],
+                           task_error=info.get("error") if info["task_error"] else None)
     requests = RequestLog()
     turn = 0
     while True:
