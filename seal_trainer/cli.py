@@ -73,7 +73,8 @@ def compose(config: str = DEFAULT_CONFIG, overrides: list[str] | None = None, cp
 
 
 def resolve_auto(cfg) -> None:
-    """Fill in the ``auto`` values (model, data files, output dir)."""
+    """Fill in the ``auto`` values (output dir, data files, then the model: a split too small to train on fails
+    before minutes of model preparation)."""
     from omegaconf import open_dict
 
     from seal_envs.formats import get_tool_format
@@ -86,15 +87,6 @@ def resolve_auto(cfg) -> None:
             cfg.trainer.default_local_dir = str((Path("seal_runs") / str(cfg.trainer.experiment_name)).resolve())
         if str(cfg.trainer.get("rollout_data_dir")) == "auto":  # what the model did: one jsonl per step
             cfg.trainer.rollout_data_dir = str(Path(cfg.trainer.default_local_dir) / "rollouts")
-        if str(cfg.actor_rollout_ref.model.path) == "auto":
-            from seal_trainer.models import resolve_model
-            from seal_trainer.warm_start import warm_started_model
-
-            path = resolve_model(seal.model, domain=seal.domain)
-            if seal.warm_start.steps > 0:
-                path = warm_started_model(path, seal.domain, seal.warm_start, tool_format=tool_format)
-            print(f"[seal] model: {path}", flush=True)
-            cfg.actor_rollout_ref.model.path = str(path)
         if "auto" in (str(cfg.data.train_files), str(cfg.data.val_files)):
             from seal_trainer.data import write_domain_dataset
 
@@ -107,6 +99,15 @@ def resolve_auto(cfg) -> None:
                 cfg.data.train_files = str(train.resolve())
             if str(cfg.data.val_files) == "auto":
                 cfg.data.val_files = str(val.resolve())
+        if str(cfg.actor_rollout_ref.model.path) == "auto":
+            from seal_trainer.models import resolve_model
+            from seal_trainer.warm_start import warm_started_model
+
+            path = resolve_model(seal.model, domain=seal.domain)
+            if seal.warm_start.steps > 0:
+                path = warm_started_model(path, seal.domain, seal.warm_start, tool_format=tool_format)
+            print(f"[seal] model: {path}", flush=True)
+            cfg.actor_rollout_ref.model.path = str(path)
 
 
 def final_policy(run_dir: Path) -> Path | None:
@@ -213,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["VERL_PLATFORM"] = "cpu"
     if not args.verbose:
         _quiet_imports()
-    cfg = compose(args.config, args.overrides, cpu=args.cpu)
+    from hydra.errors import HydraException
+
+    from seal_trainer.preflight import check_config
+    try:
+        cfg = compose(args.config, args.overrides, cpu=args.cpu)
+    except HydraException as exc:  # e.g. an override of a key the config does not have
+        raise SystemExit(f"seal-train: {exc}") from None
     if args.print_config:
         from omegaconf import OmegaConf
 
@@ -221,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.time()
     try:
+        check_config(cfg)
         _check_sandbox_backend(cfg)
         resolve_auto(cfg)
     except ValueError as exc:  # a config that cannot train (seal_trainer.config, seal_trainer.data): say what to fix
