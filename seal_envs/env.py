@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
@@ -25,37 +26,18 @@ import gymnasium as gym
 from seal_envs.diagnosis import CallRecord, Diagnosis, Label, TurnEvidence, TurnVerdict, diagnose_turn
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
 from seal_envs.formats import DEFAULT_TOOL_FORMAT, ParseLimits, ToolFormat, get_tool_format
+from seal_envs.ground_truth import GroundTruthWarning, check_ground_truth, describe, schema_violations
 from seal_envs.protocol import NATIVE, Protocol
 from seal_envs.resolve import check_implementations
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
-from seal_envs.spec.patterns import bounded_validator
 from seal_envs.task import Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 log = logging.getLogger(__name__)
 Mode = Literal["train", "eval"]
 RESET_ATTEMPTS = 3
-
-
-def schema_violations(tool: ToolSpec, arguments: dict[str, Any],
-                      pattern_timeout_s: float = ParseLimits.pattern_timeout_s) -> tuple[dict[str, Any], ...]:
-    """Where ``arguments`` break the tool's schema: missing, unknown, wrongly typed or out-of-enum arguments."""
-    props = tool.parameters.get("properties", {})
-    found: list[dict[str, Any]] = [{"kind": "missing", "argument": a} for a in tool.required if a not in arguments]
-    found += [{"kind": "unknown", "argument": a} for a in arguments if a not in props]
-    known = {k: v for k, v in arguments.items() if k in props}
-    schema = {**tool.parameters, "required": []}
-    for error in bounded_validator(schema, pattern_timeout_s).iter_errors(known):
-        argument = error.absolute_path[0] if error.absolute_path else None
-        if error.validator == "type":
-            found.append({"kind": "type", "argument": argument, "expected": error.validator_value})
-        elif error.validator == "enum":
-            found.append({"kind": "enum", "argument": argument})
-        elif error.validator != "additionalProperties":
-            found.append({"kind": "schema", "argument": argument, "message": error.message})
-    return tuple(found)
 
 
 def _as_domains(domain: str | Path | ToolDomain | Sequence[str | Path | ToolDomain]) -> tuple[ToolDomain, ...]:
@@ -144,6 +126,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             check_implementations(self.domains, self.sandbox_config, self.python_paths, self._code)
         except (SandboxError, RuntimeError) as exc:  # no sandbox now: reset reports that as an infrastructure error
             log.warning("could not check the tool implementations in a sandbox: %s", exc)
+        problems = check_ground_truth(self.tasks, self.tools, self._code)  # once per process and task set
+        if problems:  # the replay would make a wrong answer the reference: say so loudly (BFCL's data has 5)
+            warnings.warn(f"{describe(problems, 'domain ' + ', '.join(sorted(names)))}\nAn agent is scored against "
+                          "these calls as they are; `seal-envs validate DOMAIN` lists every one.", GroundTruthWarning,
+                          stacklevel=2)
         self._interface = InterfaceState() if mode == "eval" or interface is None else interface
         self.action_space = UnicodeText(max_length=1 << 16)
         self.observation_space = ChatMessages()
