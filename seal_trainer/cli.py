@@ -32,11 +32,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).parent / "config"
 DEFAULT_CONFIG = "seal_cpu"
+HEARTBEAT_S = 60.0  # seconds without a [seal] line before the console says the run is still alive
 
 
 def _config_location(name: str) -> tuple[Path, str]:
@@ -173,20 +175,33 @@ _RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*
 def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
     """Train in a child process; everything it prints goes to ``log_path``, SEAL's lines also to the console."""
     cmd = [sys.executable, "-m", "seal_trainer.cli", "--run-resolved", str(config_path)]
+    last_shown, lines, done = [time.monotonic()], [0], threading.Event()
+
+    def heartbeat() -> None:  # a CPU step can take many minutes of rollouts: show that the run is alive
+        while not done.wait(HEARTBEAT_S):
+            if time.monotonic() - last_shown[0] >= HEARTBEAT_S and not verbose:
+                print(f"[seal] still running: {time.monotonic() - last_shown[0]:.0f} s since the last step line, "
+                      f"{lines[0]} lines of verl/Ray output so far ({log_path})", flush=True)
+
     with open(log_path, "w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                       text=True, errors="replace", bufsize=1) as child:
+        threading.Thread(target=heartbeat, daemon=True, name="seal-heartbeat").start()
         try:
             for line in child.stdout:
                 log.write(line)
+                lines[0] += 1
                 text = _RAY_PREFIX.sub("", line)
                 if verbose:
                     sys.stdout.write(line)
                 elif text.startswith("[seal]"):
                     sys.stdout.write(text)
                     sys.stdout.flush()
+                    last_shown[0] = time.monotonic()
         except KeyboardInterrupt:
             child.terminate()
             raise
+        finally:
+            done.set()
         return child.wait()
 
 
