@@ -175,3 +175,13 @@ def test_a_domain_with_only_a_tasks_file_is_one_split(tmp_path, capsys):
     assert main(["--domain", str(LEDGER), "--split", "eval", "--sandbox", "inprocess", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "declares no task_splits, so its tasks are the one split 'all'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "seal/Nosuch-v0"], "Environment `Nosuch` doesn't exist"),
+    (["--policy", "hf", "--model", "/nowhere/model", "--env", "seal/Shop-v0"], "no Hugging Face model folder"),
+    (["--env", "seal/Shop-v0", "--samples", "0"], "--samples must be at least 1"),
+])
+def test_a_wrong_option_is_a_message_not_a_traceback(tmp_path, capsys, args, message):
+    assert main([*args, "--sandbox", "inprocess", "--out", str(tmp_path)]) == 1
+    assert message in capsys.readouterr().err

@@ -145,6 +145,12 @@ def check_setup(config: EvalConfig) -> None:
     no Docker daemon, an endpoint that does not answer, a bad sample count."""
     if config.samples < 1:
         raise SetupError(f"--samples must be at least 1, not {config.samples}")
+    if config.policy == "hf" and config.model:
+        folder = Path(config.model).expanduser()
+        if (folder.is_absolute() or config.model.startswith(".") or folder.exists()) \
+                and not (folder / "config.json").is_file():
+            raise SetupError(f"--model {config.model}: no Hugging Face model folder there (a folder with config.json, "
+                             "e.g. seal-train's global_step_<N>/actor/huggingface)")
     if config.sandbox == "docker":
         from seal_envs.sandbox.base import SandboxError
         from seal_envs.sandbox.docker import daemon_address, docker_client
@@ -287,6 +293,8 @@ def compare_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gymnasium.error import Error as GymError
+
     from seal_envs.evaluation.report import format_table, format_transcript, pick_transcripts, write_results
 
     argv = sys.argv[1:] if argv is None else argv
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nseal-eval: interrupted; {len(records)} finished episode(s) kept in {results}; continue with the "
               "same command and --resume", file=sys.stderr)
         return 130
-    except (SetupError, ValueError) as exc:  # a setup to fix, or options the env refuses (e.g. a tool format)
+    except (SetupError, ValueError, GymError) as exc:  # a setup to fix, options the env refuses, an unknown --env
         print(f"seal-eval: {exc}", file=sys.stderr)
         return 1
     print(format_table(summary))
