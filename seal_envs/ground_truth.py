@@ -123,5 +123,6 @@ def describe(problems: Sequence[GroundTruthProblem], where: str) -> str:
             f"\n  {shown}{more}")
 
 
-__all__ = ["GroundTruthProblem", "GroundTruthWarning", "call_text", "check_ground_truth", "describe", "ground_truth_problems",
+__all__ = ["GroundTruthProblem", "GroundTruthWarning", "call_text", "check_ground_truth", "describe",
+           "ground_truth_problems",
            "schema_violations", "violation_text"]

@@ -156,19 +156,21 @@ def write_results(out_dir: Path, summary: dict[str, Any], records: Sequence[Epis
     results = out_dir / "results.json"
     results.write_text(json.dumps({"run": run, "config": config, "summary": summary,
                                    "episodes": [r.to_json() for r in records]}, indent=1, default=str))
-    names = ["Average"] + [f"{CATEGORY_TITLES.get(c, c)}\n(n={summary['counts'][c]})" for c in summary["accuracy"]]
-    values = [summary["average"], *summary["accuracy"].values()]
+    names = ["Average\n(macro)", "All episodes\n(micro)"] + [f"{CATEGORY_TITLES.get(c, c)}\n(n={summary['counts'][c]})"
+                                                           for c in summary["accuracy"]]
+    values = [summary["average"], summary.get("micro_average", summary["average"]), *summary["accuracy"].values()]
     labels = list(summary["labels"].items())[::-1]
     total = sum(summary["labels"].values()) or 1
     fig, (left, right) = plt.subplots(1, 2, figsize=(1.3 * len(names) + 7, 4.2),
                                       gridspec_kw={"width_ratios": [len(names) + 1, 5]})
-    bars = left.bar(names, values, color=["#444444"] + ["#4c72b0"] * (len(names) - 1))
+    bars = left.bar(names, values, color=["#444444", "#777777"] + ["#4c72b0"] * (len(names) - 2))
     left.bar_label(bars, fmt="%.1f")
     left.set_ylim(0, 108)
     left.set_ylabel("success (%)")
     left.set_title(f"success per category ({summary['tasks']} tasks)", fontsize=10)
     colours = label_colours([n for n, _ in labels])
-    shares = right.barh([n for n, _ in labels], [100 * c / total for _, c in labels], color=[colours[n] for n, _ in labels])
+    shares = right.barh([n for n, _ in labels], [100 * c / total for _, c in labels],
+                        color=[colours[n] for n, _ in labels])
     right.bar_label(shares, fmt="%.1f%%", fontsize=8)
     right.set_xlim(0, 115)
     right.set_xlabel("share of turns (%)")
