@@ -1,5 +1,5 @@
-"""``seal-envs``: check a domain before training on it, build sandbox images ahead of time and clean up after
-killed runs."""
+"""``seal-envs``: list what is available, check a domain before training on it, build sandbox images ahead of
+time and clean up after killed runs."""
 
 from __future__ import annotations
 
@@ -25,6 +25,41 @@ def _sandbox_reap(args: argparse.Namespace) -> int:
 
     removed = reap(docker_client())
     print(f"removed {len(removed)} orphaned sandbox container(s)")
+    return 0
+
+
+SPLIT_NAMES = ("train", "eval", "sft")  # the split names seal-train and seal-eval ask a domain for
+
+
+def _list(args: argparse.Namespace) -> int:
+    """The registered env ids, then every bundled domain with its tools, its tasks.json and its declared splits."""
+    import warnings
+
+    from gymnasium.envs.registration import registry
+
+    import seal_envs  # noqa: F401  (registers the ids)
+    from seal_envs.spec import available_domains, load_domain
+    from seal_envs.task import TASK_FILE, load_tasks
+
+    print("registered envs (gym.make / gym.make_vec):")
+    for env_id in sorted(i for i in registry if i.startswith("seal/")):
+        kwargs = registry[env_id].kwargs
+        print(f"  {env_id}" + (f"  ({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})" if kwargs else ""))
+    print("bundled domains (seal-eval --domain NAME, seal-train seal.domain=NAME):")
+    for name in available_domains():
+        domain = load_domain(name)
+        parts = [f"{len(domain.tools)} tools"]
+        if (domain.root / TASK_FILE).is_file():
+            one_split = "" if domain.task_splits else " (its one split, 'all')"
+            parts.append(f"{TASK_FILE}: {len(load_tasks(domain.root))} tasks{one_split}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for split in SPLIT_NAMES if domain.task_splits else ():
+                try:
+                    parts.append(f"split {split!r}: {len(domain.split_tasks(split))} tasks")
+                except ValueError:
+                    continue  # the domain does not declare this split
+        print(f"  {name}: " + "; ".join(parts))
     return 0
 
 
@@ -66,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="seal-envs", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    listing = commands.add_parser("list", help="registered env ids and bundled domains with their splits and counts")
+    listing.set_defaults(handler=_list)
 
     validate = commands.add_parser(
         "validate", help="check a domain: implementations resolve, every task's ground truth replays, obeys the "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -29,37 +30,18 @@ from seal_envs.diagnosis import (
 )
 from seal_envs.interface import FailureInput, InterfaceState, evolve, render_error_hint, render_system_prompt
 from seal_envs.formats import DEFAULT_TOOL_FORMAT, ParseLimits, ToolFormat, get_tool_format
+from seal_envs.ground_truth import GroundTruthWarning, check_ground_truth, describe, schema_violations
 from seal_envs.protocol import NATIVE, Protocol
 from seal_envs.resolve import check_implementations
 from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
-from seal_envs.spec.patterns import bounded_validator
 from seal_envs.task import TASK_FILE, Task, ToolCall, load_tasks
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 log = logging.getLogger(__name__)
 Mode = Literal["train", "eval"]
 RESET_ATTEMPTS = 3
-
-
-def schema_violations(tool: ToolSpec, arguments: dict[str, Any],
-                      pattern_timeout_s: float = ParseLimits.pattern_timeout_s) -> tuple[dict[str, Any], ...]:
-    """Where ``arguments`` break the tool's schema: missing, unknown, wrongly typed or out-of-enum arguments."""
-    props = tool.parameters.get("properties", {})
-    found: list[dict[str, Any]] = [{"kind": "missing", "argument": a} for a in tool.required if a not in arguments]
-    found += [{"kind": "unknown", "argument": a} for a in arguments if a not in props]
-    known = {k: v for k, v in arguments.items() if k in props}
-    schema = {**tool.parameters, "required": []}
-    for error in bounded_validator(schema, pattern_timeout_s).iter_errors(known):
-        argument = error.absolute_path[0] if error.absolute_path else None
-        if error.validator == "type":
-            found.append({"kind": "type", "argument": argument, "expected": error.validator_value})
-        elif error.validator == "enum":
-            found.append({"kind": "enum", "argument": argument})
-        elif error.validator != "additionalProperties":
-            found.append({"kind": "schema", "argument": argument, "message": error.message})
-    return tuple(found)
 
 
 def _as_domains(domain: str | Path | ToolDomain | Sequence[str | Path | ToolDomain]) -> tuple[ToolDomain, ...]:
@@ -151,6 +133,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             check_implementations(self.domains, self.sandbox_config, self.python_paths, self._code)
         except (SandboxError, RuntimeError) as exc:  # no sandbox now: reset reports that as an infrastructure error
             log.warning("could not check the tool implementations in a sandbox: %s", exc)
+        problems = check_ground_truth(self.tasks, self.tools, self._code)  # once per process and task set
+        if problems:  # the replay would make a wrong answer the reference: say so loudly (BFCL's data has 5)
+            warnings.warn(f"{describe(problems, 'domain ' + ', '.join(sorted(names)))}\nAn agent is scored against "
+                          "these calls as they are; `seal-envs validate DOMAIN` lists every one.", GroundTruthWarning,
+                          stacklevel=2)
         self._interface = InterfaceState() if mode == "eval" or interface is None else interface
         self.action_space = UnicodeText(max_length=1 << 16)
         self.observation_space = ChatMessages()
@@ -238,7 +225,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         observation = self._start_turn()
         self.messages.extend(observation)
         observation = tuple(self.messages)
-        return observation, self._info(task_error=self._task_error, infrastructure_error=self._infrastructure_error)
+        return observation, self._info(error=self._task_error or self._infrastructure_error)
 
     def _start_turn(self) -> list[Message]:
         turn = self._task.turns[self._turn]
@@ -253,8 +240,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         return [self.protocol.tool_schema(self.tools[n], self._task, self._episode_interface)
                 for n in self._available if n in self.tools]
 
-    def _info(self, **extra: Any) -> dict[str, Any]:
-        return {
+    def _info(self, diagnosis: Diagnosis | None = None, error: str | None = None, **extra: Any) -> dict[str, Any]:
+        """The info of a reset or step. Every key keeps one type in every info, and ``label``, ``diagnosis`` and
+        ``error`` are absent rather than None, so Gymnasium's vector envs merge any mix of sub-env infos (a dict
+        in one env and None in another breaks their merge; a bool array would swallow a reason string)."""
+        info = {
             "task_id": self._task.id,
             "category": self._task.category,
             "turn": self._turn,
@@ -262,8 +252,15 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             "labels": [d.label.value for d in self._diagnoses],
             "tags": [d.tag.value for d in self._diagnoses],
             "interface_version": self._episode_interface.version,
+            "task_error": self._task_error is not None,
+            "infrastructure_error": self._infrastructure_error is not None,
             **extra,
         }
+        if diagnosis is not None:
+            info["label"], info["tag"], info["diagnosis"] = diagnosis.label.value, diagnosis.tag.value, diagnosis.to_json()
+        if error is not None:
+            info["error"] = error
+        return info
 
     def _execute(self, call: ToolCall, deadline: float) -> tuple[CallRecord, CallResult | None]:
         tool = self.protocol.resolve(call, self._task, self._available, self.tools)
@@ -368,10 +365,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 self._pad_unreached("a step cap ended the episode in an earlier turn")
                 reward = float(finished and all(v.passed for v in self._verdicts))
         self.messages.extend(observation)
-        info = self._info(turn_ended=turn_ended, label=diagnosis.label.value if diagnosis else None,
-                          diagnosis=diagnosis.to_json() if diagnosis else None, infrastructure_error=False,
-                          tag=diagnosis.tag.value if diagnosis else None, calls=list(parsed.calls),
-                          force_quit=cap_hit)
+        info = self._info(diagnosis, turn_ended=turn_ended, calls=list(parsed.calls), force_quit=cap_hit)
         info["turn"] = acted_turn
         if terminated:
             info["verdicts"] = [v.passed for v in self._verdicts]
@@ -431,8 +425,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         diagnosis = fault(self._turn, label, reason)
         self._diagnoses.append(diagnosis)
         self._done = True
-        info = self._info(turn_ended=True, label=label.value, tag=diagnosis.tag.value, diagnosis=diagnosis.to_json(),
-                          infrastructure_error=label is Label.INFRASTRUCTURE_ERROR, task_error=label is Label.TASK_ERROR)
+        if label is Label.TASK_ERROR:
+            self._task_error = reason
+        else:
+            self._infrastructure_error = reason
+        info = self._info(diagnosis, reason, turn_ended=True, calls=[], force_quit=False)
         return (), 0.0, True, False, info
 
     @property

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from seal_envs.env import schema_violations
+from seal_envs.ground_truth import call_text, ground_truth_problems
 from seal_envs.resolve import implementation_problems, resolve_targets
 from seal_envs.sandbox import SandboxConfig, SandboxError, get_pool
 from seal_envs.spec.loader import DOMAIN_FILE, ToolDomain, load_domain, resolve_file
@@ -70,24 +70,6 @@ class ValidationReport:
                 f"sandbox, {self.seconds:.1f} s): {verdict}")
 
 
-def _violation_text(violation: dict[str, Any], tool_parameters: dict[str, Any]) -> str:
-    argument, kind = violation.get("argument"), violation["kind"]
-    if kind == "missing":
-        return f"misses the required argument {argument!r}"
-    if kind == "unknown":
-        return f"passes {argument!r}, which the tool does not define"
-    if kind == "type":
-        return f"passes {argument!r} of the wrong type (the tool wants {violation['expected']!r})"
-    if kind == "enum":
-        allowed = tool_parameters["properties"][argument].get("enum")
-        return f"passes {argument!r} outside the tool's enum {allowed}"
-    return f"passes {argument!r} that breaks the tool's schema: {violation['message']}"
-
-
-def _call_text(call: Any) -> str:
-    return f"{call.name}({json.dumps(call.arguments, sort_keys=True)})"
-
-
 class _Checker:
     """Collects the problems of one domain and its tasks."""
 
@@ -129,25 +111,11 @@ class _Checker:
 
     def check_calls(self, index: int, task: Task) -> bool:
         """Schema and availability of every ground-truth call; False when a call names no tool of the domain."""
-        available = set(task.tools if task.tools is not None else self.tools)
-        known = True
-        for t, turn in enumerate(task.turns):
-            available |= set(turn.add_tools)
-            for j, call in enumerate(turn.ground_truth):
-                path = f"$.tasks[{index}].turns[{t}].ground_truth[{j}]"
-                tool = self.tools.get(call.name)
-                if tool is None:
-                    self.add(f"ground-truth call {_call_text(call)} names no tool of domain {self.domain.name!r}",
-                             task, t, path)
-                    known = False
-                    continue
-                if call.name not in available:
-                    self.add(f"ground-truth call {_call_text(call)} uses a tool the task does not offer in this "
-                             "turn (its 'tools' and the turns' 'add_tools')", task, t, path)
-                for violation in schema_violations(tool, call.arguments):
-                    self.add(f"ground-truth call {_call_text(call)} {_violation_text(violation, tool.parameters)}",
-                             task, t, path)
-        return known
+        problems = ground_truth_problems(task, index, self.tools)
+        for problem in problems:
+            message = problem.message.replace("of the domain", f"of domain {self.domain.name!r}")
+            self.add(message, task, problem.turn, problem.json_path)
+        return not any(p.unknown_tool for p in problems)
 
     def replay(self, index: int, task: Task, unresolved: set[str]) -> None:
         """Run the ground truth in a sandbox: calls that raise, required responses no output holds."""
@@ -161,7 +129,7 @@ class _Checker:
                 for j, (call, result) in enumerate(zip(turn.ground_truth, results)):
                     outputs.append(result.render().lower())
                     if not result.ok and self.tools[call.name].implementation not in unresolved:
-                        self.add(f"ground-truth call {_call_text(call)} raises {result.error_type}: {result.error}",
+                        self.add(f"ground-truth call {call_text(call)} raises {result.error_type}: {result.error}",
                                  task, t, f"$.tasks[{index}].turns[{t}].ground_truth[{j}]")
                 for required in turn.required_response:
                     if not any(required.lower() in output for output in outputs):

@@ -35,11 +35,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).parent / "config"
 DEFAULT_CONFIG = "seal_cpu"
+HEARTBEAT_S = 60.0  # seconds without a [seal] line before the console says the run is still alive
 
 
 def _config_location(name: str) -> tuple[Path, str]:
@@ -76,7 +78,8 @@ def compose(config: str = DEFAULT_CONFIG, overrides: list[str] | None = None, cp
 
 
 def resolve_auto(cfg) -> None:
-    """Fill in the ``auto`` values (model, data files, output dir)."""
+    """Fill in the ``auto`` values (output dir, data files, then the model: a split too small to train on fails
+    before minutes of model preparation)."""
     from omegaconf import open_dict
 
     from seal_envs.formats import get_tool_format
@@ -89,15 +92,6 @@ def resolve_auto(cfg) -> None:
             cfg.trainer.default_local_dir = str((Path("seal_runs") / str(cfg.trainer.experiment_name)).resolve())
         if str(cfg.trainer.get("rollout_data_dir")) == "auto":  # what the model did: one jsonl per step
             cfg.trainer.rollout_data_dir = str(Path(cfg.trainer.default_local_dir) / "rollouts")
-        if str(cfg.actor_rollout_ref.model.path) == "auto":
-            from seal_trainer.models import resolve_model
-            from seal_trainer.warm_start import warm_started_model
-
-            path = resolve_model(seal.model, domain=seal.domain)
-            if seal.warm_start.steps > 0:
-                path = warm_started_model(path, seal.domain, seal.warm_start, tool_format=tool_format)
-            print(f"[seal] model: {path}", flush=True)
-            cfg.actor_rollout_ref.model.path = str(path)
         if "auto" in (str(cfg.data.train_files), str(cfg.data.val_files)):
             from seal_trainer.data import write_domain_dataset
 
@@ -110,6 +104,15 @@ def resolve_auto(cfg) -> None:
                 cfg.data.train_files = str(train.resolve())
             if str(cfg.data.val_files) == "auto":
                 cfg.data.val_files = str(val.resolve())
+        if str(cfg.actor_rollout_ref.model.path) == "auto":
+            from seal_trainer.models import resolve_model
+            from seal_trainer.warm_start import warm_started_model
+
+            path = resolve_model(seal.model, domain=seal.domain)
+            if seal.warm_start.steps > 0:
+                path = warm_started_model(path, seal.domain, seal.warm_start, tool_format=tool_format)
+            print(f"[seal] model: {path}", flush=True)
+            cfg.actor_rollout_ref.model.path = str(path)
 
 
 def final_policy(run_dir: Path) -> Path | None:
@@ -180,20 +183,33 @@ _RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*
 def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
     """Train in a child process; everything it prints goes to ``log_path``, SEAL's lines also to the console."""
     cmd = [sys.executable, "-m", "seal_trainer.cli", "--run-resolved", str(config_path)]
+    last_shown, lines, done = [time.monotonic()], [0], threading.Event()
+
+    def heartbeat() -> None:  # a CPU step can take many minutes of rollouts: show that the run is alive
+        while not done.wait(HEARTBEAT_S):
+            if time.monotonic() - last_shown[0] >= HEARTBEAT_S and not verbose:
+                print(f"[seal] still running: {time.monotonic() - last_shown[0]:.0f} s since the last step line, "
+                      f"{lines[0]} lines of verl/Ray output so far ({log_path})", flush=True)
+
     with open(log_path, "w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                       text=True, errors="replace", bufsize=1) as child:
+        threading.Thread(target=heartbeat, daemon=True, name="seal-heartbeat").start()
         try:
             for line in child.stdout:
                 log.write(line)
+                lines[0] += 1
                 text = _RAY_PREFIX.sub("", line)
                 if verbose:
                     sys.stdout.write(line)
                 elif text.startswith("[seal]"):
                     sys.stdout.write(text)
                     sys.stdout.flush()
+                    last_shown[0] = time.monotonic()
         except KeyboardInterrupt:
             child.terminate()
             raise
+        finally:
+            done.set()
         return child.wait()
 
 
@@ -221,7 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["VERL_PLATFORM"] = "cpu"
     if not args.verbose:
         _quiet_imports()
-    cfg = compose(args.config, args.overrides, cpu=args.cpu)
+    from hydra.errors import HydraException
+
+    from seal_trainer.preflight import check_config
+    try:
+        cfg = compose(args.config, args.overrides, cpu=args.cpu)
+    except HydraException as exc:  # e.g. an override of a key the config does not have
+        raise SystemExit(f"seal-train: {exc}") from None
     if args.print_config:
         from omegaconf import OmegaConf
 
@@ -231,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     from seal_trainer.cluster import ClusterError, join_cluster
 
     try:
+        check_config(cfg)
         _check_sandbox_backend(cfg)
         address = join_cluster(cfg)  # RAY_ADDRESS / ray_kwargs.ray_init.address: checked before minutes of preparation
         resolve_auto(cfg)

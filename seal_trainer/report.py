@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from seal_envs.evaluation.report import label_colours
+
 
 def read_log(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(steps, validations)`` records of a ``seal_steps.jsonl`` file."""
@@ -41,19 +43,25 @@ def plot_run(path: str | Path, out: str | Path, title: str = "") -> Path:
     steps, validations = read_log(path)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     xs = [s["step"] for s in steps]
-    top.plot(xs, [s.get("reward_mean") or 0.0 for s in steps], "o-", label="training reward (train interface)")
-    top.plot([v["step"] for v in validations], [v["validation"]["success"] for v in validations], "s--",
+    # two series that often coincide (both 0 early on): small filled circles under large hollow squares, values
+    # written beside the held-out points, so neither hides the other
+    top.plot(xs, [s.get("reward_mean") for s in steps], "o-", markersize=4, zorder=2,
+             label="training reward (train interface)")
+    vx, vy = [v["step"] for v in validations], [v["validation"]["success"] for v in validations]
+    top.plot(vx, vy, "s--", markersize=10, markerfacecolor="none", markeredgewidth=1.5, zorder=3,
              label="held-out success (eval mode)")
+    for x, y in zip(vx, vy):
+        top.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(7, 6), fontsize=7)
     top.set_ylim(-0.02, 1.02)
     top.set_ylabel("success")
     top.legend(loc="upper left", fontsize=8)
     top.grid(alpha=0.3)
-    labels = sorted({k for s in steps for k in (s.get("labels") or {})})
+    colours = label_colours(sorted({k for s in steps for k in (s.get("labels") or {})}))
+    labels = list(colours)
     bottom_acc = [0.0] * len(steps)
-    cmap = plt.get_cmap("tab20")
-    for i, label in enumerate(labels):
+    for label in labels:
         share = [(s.get("labels") or {}).get(label, 0.0) for s in steps]
-        bottom.bar(xs, share, bottom=bottom_acc, color=cmap(i % 20), label=label, width=0.6)
+        bottom.bar(xs, share, bottom=bottom_acc, color=colours[label], label=label, width=0.6)
         bottom_acc = [a + b for a, b in zip(bottom_acc, share)]
     bottom.set_ylabel("share of training turns")
     bottom.set_xlabel("GRPO step")

@@ -199,7 +199,16 @@ def _demonstration_tasks(domain: str, config: WarmStartConfig) -> list[Any]:
     from seal_envs.task import load_tasks
 
     spec = load_domain(domain)
-    tasks = list(spec.split_tasks(config.split) if config.split else load_tasks(spec.root))
+    if config.split and not spec.task_splits:  # only a tasks.json: demonstrate the tasks seal-train trains on
+        from seal_trainer.data import split_tasks
+
+        tasks = split_tasks(load_tasks(spec.root), None, None)[0]
+        print(f"[seal] warm start: domain {spec.name!r} declares no task_splits (so no {config.split!r} split); "
+              f"demonstrations come from the first half of each category of its tasks.json (seal-train's training "
+              f"tasks unless seal.dataset.n_train/n_val say otherwise). Declare "
+              f"task_splits with a {config.split!r} split to choose them (docs/domains.md)", flush=True)
+    else:
+        tasks = list(spec.split_tasks(config.split) if config.split else load_tasks(spec.root))
     if not tasks:
         raise ValueError(f"the warm start found no tasks in domain {domain!r} (split {config.split!r})")
     return tasks[: config.demonstrations]

@@ -125,7 +125,7 @@ def test_recovered_error_still_passes(env):
 def test_broken_initial_state_is_a_task_error_not_a_crash(backend):
     env = ToolUseEnv(domain=LEDGER, tasks=LEDGER / "broken_tasks.json", sandbox=backend)
     _, info = env.reset(seed=0)
-    assert "cannot be executed" in info["task_error"]
+    assert info["task_error"] and "cannot be executed" in info["error"]
     obs, reward, terminated, truncated, info = env.step("hello")
     assert terminated and reward == 0.0 and info["label"] == "task_error" and not info["infrastructure_error"]
     env.close()

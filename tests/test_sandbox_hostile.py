@@ -629,7 +629,7 @@ EPISODE_WITHOUT_DAEMON = f"""
     start = time.monotonic()
     _, info = env.reset()
     _, reward, terminated, _, step_info = env.step("hello")
-    print(round(time.monotonic() - start, 1), info["infrastructure_error"] is not None, reward, terminated,
+    print(round(time.monotonic() - start, 1), info["infrastructure_error"], reward, terminated,
           step_info["label"], flush=True)
 """
 

@@ -135,3 +135,16 @@ def test_an_unknown_model_names_the_choices():
 
     with pytest.raises(FileNotFoundError, match="smollm2-135m, tiny"):
         resolve_model("no-such-model")
+
+
+def test_a_domain_with_only_a_tasks_file_demonstrates_its_training_half(capsys):
+    """``seal.warm_start.split`` names a split such a domain does not declare: the warm start uses the tasks
+    seal-train trains on (the first half of each category), never the whole file, and says so."""
+    from conftest import LEDGER
+    from seal_envs.task import load_tasks
+    from seal_trainer.data import split_tasks
+
+    tasks = sft._demonstration_tasks(str(LEDGER), sft.WarmStartConfig(steps=1, split="sft"))
+    train, val = split_tasks(load_tasks(LEDGER), None, None)
+    assert [t.id for t in tasks] == [t.id for t in train] and not {t.id for t in tasks} & {t.id for t in val}
+    assert "declares no task_splits" in capsys.readouterr().out

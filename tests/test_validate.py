@@ -140,3 +140,20 @@ def test_docker_resolves_and_replays_inside_the_sandbox(docker_daemon):
         report = validate_domain(bad, ValidationConfig(sandbox="docker"))
         assert [p.message.split(":")[0] for p in report.problems] == [
             'ground-truth call get_balance({"account"'] and "raises KeyError" in str(report.problems[0])
+
+
+def test_gym_make_warns_loudly_about_ground_truth_that_breaks_a_schema(tmp_path):
+    """`validate` is not the only place that notices: the env checks its tasks' ground truth once when made."""
+    import warnings
+
+    from seal_envs.env import ToolUseEnv
+    from seal_envs.ground_truth import GroundTruthWarning
+
+    root = write_domain(tmp_path / "d", ground_truth=[{"name": "deposit", "arguments": {"account": "alice",
+                                                                                        "amount": "5"}}])
+    with pytest.warns(GroundTruthWarning, match=r"task 't1', turn 0, at \$\.tasks\[0\]\.turns\[0\]\.ground_truth\[0\]"
+                                                r".*'amount' of the wrong type \(the tool wants 'integer'\)"):
+        ToolUseEnv(domain=root, sandbox="inprocess").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GroundTruthWarning)
+        ToolUseEnv(domain=write_domain(tmp_path / "good"), sandbox="inprocess").close()  # a clean domain: silent

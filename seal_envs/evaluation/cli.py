@@ -5,18 +5,27 @@
     seal-eval --policy hf --model /path/to/hf-model --category base --limit 20
     seal-eval --env seal/Shop-v0 --workers 4                              # any registered env id
     seal-eval --domain path/to/calendar --split eval                     # any domain (its tasks.json or a split)
+    seal-eval --policy openai ... --samples 4                           # k samples per task: pass@k and its error
+    seal-eval ... --resume                                               # continue an interrupted run (same --out)
     seal-eval compare RUN_A RUN_B                                        # two result folders side by side
 
 Envs are made with ``mode="eval"``: the original interface, never the training-time cues. BFCL episodes are
 also scored by BFCL's official checker (in-process) and the agreement is printed. ``--limit`` keeps every
-category in proportion; ``--workers`` plays episodes concurrently, one env (and sandbox) per worker.
+category in proportion; ``--workers`` plays episodes concurrently, one env (and sandbox) per worker. Each
+finished episode is appended to ``<out>/episodes.jsonl`` at once, so Ctrl-C keeps a usable partial result
+(``results.json`` is written from it) and ``--resume`` plays only what is missing (and episodes that ended in an
+infrastructure error). Exit status: 0, or 1 for a configuration or setup problem (a message says what to fix),
+2 when some episodes ended in an infrastructure error (their score is not the policy's), 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +33,7 @@ from typing import Any
 
 BFCL_ENV = "seal/BFCL-v3-MultiTurn-v0"
 DOMAIN_ENV = "seal/ToolUse-v0"
+RUN_FILE, JOURNAL_FILE = "run.json", "episodes.jsonl"  # in --out: the run's options, one line per finished episode
 
 from seal_envs.formats import DEFAULT_TOOL_FORMAT, tool_format_names
 
@@ -46,6 +56,9 @@ class EvalConfig:
     domain: str | None = None  # a bundled domain name or a folder with tools.json
     workers: int = 1
     tool_format: str = DEFAULT_TOOL_FORMAT
+    samples: int = 1  # episodes per task (pass@k for k up to this)
+    resume: bool = False  # continue the run in ``out``: play only the episodes its episodes.jsonl lacks
+    transcripts: int = 2  # episodes printed in full at the end
 
 
 @dataclass(frozen=True)
@@ -114,9 +127,85 @@ def eval_target(config: EvalConfig) -> EvalTarget:
     return EvalTarget(env_id, kwargs, stratified(tasks, config.limit), benchmark)
 
 
+class SetupError(Exception):
+    """Something to fix before a run can start (a message for the user, not a traceback)."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: carries (summary, records, run) of the episodes that finished."""
+
+    def __init__(self, *partial: Any):
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+def check_setup(config: EvalConfig) -> None:
+    """Fail in a second, with the fix, on what would otherwise cost a run of infrastructure errors or a traceback:
+    no Docker daemon, an endpoint that does not answer, a bad sample count."""
+    if config.samples < 1:
+        raise SetupError(f"--samples must be at least 1, not {config.samples}")
+    if config.policy == "hf" and config.model:
+        folder = Path(config.model).expanduser()
+        if (folder.is_absolute() or config.model.startswith(".") or folder.exists()) \
+                and not (folder / "config.json").is_file():
+            raise SetupError(f"--model {config.model}: no Hugging Face model folder there (a folder with config.json, "
+                             "e.g. seal-train's global_step_<N>/actor/huggingface)")
+    if config.sandbox == "docker":
+        from seal_envs.sandbox.base import SandboxError
+        from seal_envs.sandbox.docker import daemon_address, docker_client
+
+        try:
+            docker_client().ping()
+        except SandboxError:
+            raise SetupError(
+                f"the tools run in Docker sandboxes, but no Docker daemon answers at {daemon_address()}.\n"
+                "Start Docker (Linux: `sudo systemctl start docker`, or `sudo dockerd &`; macOS/Windows: start Docker "
+                "Desktop), or point DOCKER_HOST at a running daemon; add your user to the `docker` group if the "
+                "socket is not yours. Only for tool code you trust: --sandbox inprocess runs the tools without "
+                "Docker.") from None
+    if config.policy == "openai" and config.base_url:
+        url = config.base_url.rstrip("/") + "/models"
+        try:
+            urllib.request.urlopen(url, timeout=10).close()
+        except urllib.error.HTTPError:
+            pass  # it answers (e.g. 401 or 404 for /models): the requests will say more
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SetupError(f"--base-url {config.base_url} does not answer ({reason}). Start the server (e.g. "
+                             "`vllm serve MODEL`) or fix the URL: an OpenAI-compatible endpoint ending in /v1, "
+                             "such as http://localhost:8000/v1") from None
+
+
+def _journal_records(out: Path, run: dict[str, str]) -> dict[tuple[str, int], Any]:
+    """The finished episodes of the run in ``out`` (``--resume``), keyed by (task id, sample); refuses a folder
+    that holds another benchmark's or policy's run."""
+    from seal_envs.evaluation.runner import EpisodeRecord
+
+    header_file, journal = out / RUN_FILE, out / JOURNAL_FILE
+    if not header_file.is_file():
+        raise SetupError(f"--resume: {out} holds no run to continue (no {RUN_FILE}); run without --resume")
+    before = json.loads(header_file.read_text())
+    for key in ("name", "benchmark"):
+        if before.get(key) != run[key]:
+            raise SetupError(f"--resume: {out} holds a run of {key} {before.get(key)!r}, not {run[key]!r}; use "
+                             "another --out or the same options")
+    done = {}
+    if journal.is_file():
+        for line in journal.read_text().splitlines():
+            if line.strip():
+                try:
+                    record = EpisodeRecord.from_json(json.loads(line))
+                except (ValueError, TypeError, KeyError):
+                    continue  # a line cut by a kill: that episode is played again
+                if not record.infrastructure_error:
+                    done[(record.task_id, record.sample)] = record
+    return done
+
+
 def evaluate(config: EvalConfig, progress: bool = True):
-    """Run the configured tasks; returns (summary, records, run) where ``run`` names the policy, the benchmark and
-    the date."""
+    """Run the configured tasks (``config.samples`` episodes each), appending each finished episode to
+    ``<out>/episodes.jsonl``; returns (summary, records, run) where ``run`` names the policy, the benchmark and the
+    date. On Ctrl-C the finished episodes stay in the journal (``--resume`` continues)."""
     from seal_envs.bfcl.checker import official_verdict
     from seal_envs.evaluation.report import summarize
     from seal_envs.evaluation.runner import run_episodes
@@ -125,19 +214,42 @@ def evaluate(config: EvalConfig, progress: bool = True):
     from seal_envs.spec.loader import load_domain
 
     target = eval_target(config)
-    records = run_episodes(target.tasks, target.make_env, policy_factory(config), config.workers, progress)
-    for task, record in zip(target.tasks, records):  # BFCL's checker runs its backends in-process: serially
-        checker = task.metadata.get("checker")
-        if not config.official_check or record.task_error is not None or record.infrastructure_error:
-            continue
-        if checker == "bfcl":
-            record.official_valid = bool(official_verdict(task, record.calls)["valid"])
-        elif checker == "tau2":
-            record.official_valid = tau2_verdict(task, record.calls, record.messages, load_domain(
-                config.domain or task.domain), SandboxConfig(backend=config.sandbox))["reward"] == 1.0
-        record.official_checker = checker if record.official_valid is not None else None
     run = {"name": config.model or config.policy, "benchmark": target.benchmark,
            "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    out = Path(config.out)
+    done = _journal_records(out, run) if config.resume else {}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_FILE).write_text(json.dumps({**run, "config": asdict(config)}, indent=1))
+    journal_path = out / JOURNAL_FILE
+    journal_path.write_text("".join(json.dumps(r.to_json(), default=str) + "\n" for r in done.values()))
+    jobs = [(task, sample) for task in target.tasks for sample in range(config.samples)]
+    todo = [(task, sample) for task, sample in jobs if (task.id, sample) not in done]
+    if config.resume:
+        print(f"seal-eval: resuming: {len(jobs) - len(todo)} of {len(jobs)} episodes already done, {len(todo)} to "
+              "play", file=sys.stderr)
+
+    with journal_path.open("a") as journal:
+        def finished(index: int, record) -> None:
+            task, record.sample = todo[index]
+            checker = task.metadata.get("checker")
+            if config.official_check and record.task_error is None and not record.infrastructure_error:
+                if checker == "bfcl":  # BFCL's checker runs its backends in-process: serially
+                    record.official_valid = bool(official_verdict(task, record.calls)["valid"])
+                elif checker == "tau2":
+                    record.official_valid = tau2_verdict(task, record.calls, record.messages, load_domain(
+                        config.domain or task.domain), SandboxConfig(backend=config.sandbox))["reward"] == 1.0
+                record.official_checker = checker if record.official_valid is not None else None
+            done[(task.id, record.sample)] = record
+            journal.write(json.dumps(record.to_json(), default=str) + "\n")
+            journal.flush()
+
+        try:
+            run_episodes([task for task, _ in todo], target.make_env, policy_factory(config), config.workers,
+                         progress, on_finish=finished)
+        except KeyboardInterrupt:
+            records = [done[(t.id, s)] for t, s in jobs if (t.id, s) in done]
+            raise Interrupted(summarize(records), records, run) from None
+    records = [done[(t.id, s)] for t, s in jobs]
     return summarize(records), records, run
 
 
@@ -165,6 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tool-format", choices=tool_format_names(), default=DEFAULT_TOOL_FORMAT,
                         help="how the policy writes tool calls (seal_envs.formats); BFCL's own decoding reads only "
                              "hermes, so scores stay BFCL-exact")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="episodes per task (k); reports pass@k with its standard error over tasks")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out: play only the episodes its episodes.jsonl lacks")
+    parser.add_argument("--transcripts", type=int, default=2, help="episodes printed in full at the end (0: none)")
     return parser
 
 
@@ -184,16 +301,39 @@ def compare_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from seal_envs.evaluation.report import format_table, write_results
+    from gymnasium.error import Error as GymError
+
+    from seal_envs.evaluation.report import format_table, format_transcript, pick_transcripts, write_results
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["compare"]:
         return compare_main(argv[1:])
     config = EvalConfig(**vars(build_parser().parse_args(argv)))
-    summary, records, run = evaluate(config)
+    try:
+        check_setup(config)
+        summary, records, run = evaluate(config)
+    except Interrupted as stop:
+        summary, records, run = stop.partial
+        results, _ = write_results(Path(config.out), summary, records, asdict(config), run)
+        print(f"\nseal-eval: interrupted; {len(records)} finished episode(s) kept in {results}; continue with the "
+              "same command and --resume", file=sys.stderr)
+        return 130
+    except (SetupError, ValueError, GymError) as exc:  # a setup to fix, options the env refuses, an unknown --env
+        print(f"seal-eval: {exc}", file=sys.stderr)
+        return 1
     print(format_table(summary))
+    shown = pick_transcripts(records, config.transcripts)
+    if shown:
+        print(f"\n{len(shown)} of {len(records)} transcripts (failures first; every one is in results.json):")
+        print("\n".join(format_transcript(record) for record in shown))
     results, chart = write_results(Path(config.out), summary, records, asdict(config), run)
-    print(f"wrote {results} and {chart}")
+    print(f"\nAverage {summary['average']:.2f} (macro) | {summary['micro_average']:.2f} over {summary['episodes']} "
+          f"episodes (micro); wrote {results} and {chart}")
+    if summary["infrastructure_errors"]:
+        print(f"seal-eval: {summary['infrastructure_errors']} of {summary['episodes']} episodes ended in an "
+              "infrastructure error (our sandbox failed, not the policy) and count as failures above; rerun with "
+              "--resume to play them again", file=sys.stderr)
+        return 2
     return 0
 
 

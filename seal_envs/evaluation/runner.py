@@ -26,6 +26,7 @@ class EpisodeRecord:
     category: str
     reward: float
     labels: list[str]
+    sample: int = 0  # which of the task's k samples (seal-eval --samples)
     step_cap_hit: bool = False
     infrastructure_error: bool = False
     task_error: str | None = None
@@ -46,13 +47,22 @@ class EpisodeRecord:
         doc["passed"] = self.passed
         return doc
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> EpisodeRecord:
+        """A record written by ``to_json`` (``seal-eval --resume`` reads them back)."""
+        known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
+        known["calls"] = [[[ToolCall(c["name"], c["arguments"]) for c in step] for step in turn]
+                          for turn in doc.get("calls", [])]
+        return cls(**known)
+
 
 def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
     """Play ``task`` to the end with ``policy``; the env's faults end the episode and are recorded, not raised."""
     observation, info = env.reset(options={"task_id": task.id})
     policy.start(task)
     messages = list(observation)
-    record = EpisodeRecord(task.id, task.category, 0.0, [], calls=[[]], task_error=info.get("task_error"))
+    record = EpisodeRecord(task.id, task.category, 0.0, [], calls=[[]],
+                           task_error=info.get("error") if info["task_error"] else None)
     requests = RequestLog()
     turn = 0
     while True:
@@ -102,34 +112,50 @@ def stratified(tasks: Sequence[Task], limit: int | None) -> tuple[Task, ...]:
 
 
 def run_episodes(tasks: Sequence[Task], make_env: Callable[[], Any], make_policy: Callable[[], Policy],
-                 workers: int = 1, progress: bool = True) -> list[EpisodeRecord]:
-    """Every task's record, in task order. ``workers`` threads each own one env (so one sandbox) and one policy
-    from ``make_policy`` and play episodes concurrently: tools run in sandboxes, and a verdict depends only on
-    its own episode, so the records equal a run with one worker."""
+                 workers: int = 1, progress: bool = True,
+                 on_finish: Callable[[int, EpisodeRecord], None] | None = None) -> list[EpisodeRecord | None]:
+    """Every task's record, in task order (a task may appear more than once: one episode each). ``workers``
+    threads each own one env (so one sandbox) and one policy from ``make_policy`` and play episodes concurrently:
+    tools run in sandboxes, and a verdict depends only on its own episode, so the records equal a run with one
+    worker. ``on_finish(index, record)`` runs as each episode ends, one at a time (e.g. to write it at once, so
+    an interrupted run keeps what finished); the progress bar shows the success rate so far."""
     records: list[EpisodeRecord | None] = [None] * len(tasks)
     pending = iter(range(len(tasks)))
     lock = threading.Lock()
-    bar = tqdm(total=len(tasks), desc="seal-eval", unit="task", disable=not progress)
+    stop = threading.Event()
+    bar = tqdm(total=len(tasks), desc="seal-eval", unit="episode", disable=not progress, dynamic_ncols=True)
+    passed = finished = 0
 
     def work() -> None:
+        nonlocal passed, finished
         env, policy = make_env(), make_policy()
         try:
-            while True:
+            while not stop.is_set():
                 with lock:
                     index = next(pending, None)
                 if index is None:
                     return
-                records[index] = run_episode(env, policy, tasks[index])
+                record = run_episode(env, policy, tasks[index])
                 with lock:
+                    records[index] = record
+                    if on_finish is not None:
+                        on_finish(index, record)
+                    passed, finished = passed + record.passed, finished + 1
                     bar.update()
+                    bar.set_postfix_str(f"success {100 * passed / finished:.1f}%")
         finally:
             env.close()
 
     count = max(1, min(workers, len(tasks)))
     try:
         with ThreadPoolExecutor(max_workers=count, thread_name_prefix="seal-eval") as pool:
-            for future in [pool.submit(work) for _ in range(count)]:
-                future.result()
+            futures = [pool.submit(work) for _ in range(count)]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # Ctrl-C or a failing policy: no new episodes; those in flight finish
+                stop.set()
+                raise
     finally:
         bar.close()
     return records

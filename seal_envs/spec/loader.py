@@ -63,6 +63,9 @@ class ToolSpec:
         return {"type": "function", "function": function}
 
 
+ALL_TASKS = "all"  # the one split of a domain without task_splits: its whole tasks.json
+
+
 @dataclass(frozen=True)
 class ToolDomain:
     """A named set of tools plus the directory they were loaded from."""
@@ -76,12 +79,20 @@ class ToolDomain:
     mcp: dict[str, Any] | None = None  # the MCP server that implements the tools (tools.json's "mcp" block)
 
     def split_tasks(self, split: str) -> tuple:
-        """The tasks of the domain's own fixed ``split`` (``"train"`` / ``"eval"``), for domains that declare one.
+        """The tasks of the domain's own fixed ``split`` (``"train"`` / ``"eval"``), for domains that declare one;
+        a domain with only a ``tasks.json`` has one split, ``"all"``: every task in it.
 
         The module is looked up only in the domain's own folder (a spec is data: it must not be able to make
         the host call an arbitrary importable function such as ``os:system``)."""
         if not self.task_splits:
-            raise ValueError(f"domain {self.name!r} declares no task_splits; its tasks are {self.root / 'tasks.json'}")
+            if split == ALL_TASKS:
+                from seal_envs.task import load_tasks
+
+                return tuple(load_tasks(self.root))
+            raise ValueError(f"domain {self.name!r} has no split {split!r}: it declares no task_splits, so its tasks are "
+                             f"the one split {ALL_TASKS!r} ({self.root / 'tasks.json'}); ask for {ALL_TASKS!r} (or no "
+                             "split), or declare \"task_splits\": \"module:function\" in its tools.json "
+                             "(docs/domains.md)")
         module, function = self.task_splits.split(":")
         source = (self.root / Path(*module.split("."))).with_suffix(".py")
         if not source.is_file():
