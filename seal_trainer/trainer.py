@@ -58,6 +58,12 @@ def _extra_fields(keys, partition_id) -> list[dict[str, Any]]:
     return [dict(e or {}) for e in data.pop("extra_fields").tolist()]
 
 
+def _labels_and_infra(extras: list[dict[str, Any]]) -> tuple[list[list[str]], np.ndarray]:
+    """Each trajectory's turn labels and infrastructure flag, from the agent loop's extra fields."""
+    labels = [as_labels(e.get("seal_labels")) for e in extras]
+    return labels, np.array([bool(e.get("seal_infrastructure_error", False)) for e in extras], dtype=bool)
+
+
 class SealPPOTrainer(PPOTrainerSync):
     """verl's sync V1 trainer + SEAL (see module docstring)."""
 
@@ -72,6 +78,10 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         super().__init__(config)
+        self._init_seal(config)
+
+    def _init_seal(self, config) -> None:
+        """SEAL's state from the ``seal:`` block: switches, reweighter, closed loop, step log (tests call it alone)."""
         self.seal = seal_config_from(config)
         switches = self.seal.resolved()
         self.switches = switches
@@ -90,14 +100,20 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch, metrics: dict):
         extras = _extra_fields(batch.keys, batch.partition_id)
-        labels = [as_labels(e.get("seal_labels")) for e in extras]
-        infra = np.array([bool(e.get("seal_infrastructure_error", False)) for e in extras], dtype=bool)
         if self.config.algorithm.adv_estimator != "seal_grpo":
             batch = super()._compute_advantage(batch, metrics)
+            labels, infra = _labels_and_infra(extras)
             self._record(labels, infra, np.ones(len(labels)), None, extras, metrics)
             return batch
         fields = ["uid", "response_mask", "rm_scores"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        output = self._seal_advantage(data, extras, metrics)
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+    def _seal_advantage(self, data: TensorDict, extras: list[dict[str, Any]], metrics: dict) -> TensorDict:
+        """w_j * A_j (GRPO over each group's valid samples) for the batch's ``uid``/``response_mask``/``rm_scores``
+        as TransferQueue returns them; the ``advantages``/``returns`` fields to write back."""
+        labels, infra = _labels_and_infra(extras)
         response_mask_nested = data["response_mask"]
         proto = DataProto(batch=data.to_padded_tensor())
         uids = list(proto.batch.pop("uid").tolist())
@@ -109,11 +125,9 @@ class SealPPOTrainer(PPOTrainerSync):
         adv, returns = seal_grpo_advantage(
             scores, mask, uids, weights=torch.as_tensor(weights), valid=torch.as_tensor(valid),
             norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-        output = TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
-                             "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(batch))
-        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
         self._record(labels, infra, weights, rewards, extras, metrics, uids)
-        return batch
+        return TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
+                           "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(extras))
 
     def _record(self, labels, infra, weights, rewards, extras, metrics: dict, uids=None) -> None:
         valid = ~infra
