@@ -31,10 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # module -> the fast unit test files that exercise it (seconds each; no Docker, no verl training run)
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "verifier": ("seal_envs/verifier.py", ["tests/test_env.py", "tests/test_shop_env.py", "tests/test_diagnosis.py"]),
+    "verifier": ("seal_envs/verifier.py", ["tests/test_verifier.py", "tests/test_env.py", "tests/test_shop_env.py",
+                                           "tests/test_bfcl_protocol.py"]),
     "envpool": ("seal_trainer/envpool.py", ["tests/test_closed_loop.py", "tests/test_agent_loop.py"]),
     "trainer": ("seal_trainer/trainer.py", ["tests/test_trainer_step.py"]),
-    "diagnosis": ("seal_envs/diagnosis.py", ["tests/test_diagnosis.py", "tests/test_env.py", "tests/test_interface.py"]),
+    "diagnosis": ("seal_envs/diagnosis.py", ["tests/test_diagnosis.py", "tests/test_env.py", "tests/test_interface.py",
+                                             "tests/test_bfcl_protocol.py"]),
     "interface": ("seal_envs/interface.py", ["tests/test_interface.py", "tests/test_closed_loop.py",
                                              "tests/test_env.py"]),
     "advantage": ("seal_trainer/advantage.py", ["tests/test_trainer_advantage.py", "tests/test_trainer_step.py"]),
@@ -61,7 +63,9 @@ def prepare(name: str, work: Path) -> None:
         f"only_mutate = [{json.dumps(module)}]",
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-W", "ignore::UserWarning", "-W", "ignore::DeprecationWarning"]',
-        'process_isolation = "fork"',
+        # each mutant forks from a server that only collected the tests: process-wide caches (ground-truth
+        # replays, env pools) start empty, as in a fresh test run
+        'process_isolation = "forkserver"',
         "",
     ])
     with open(work / "pyproject.toml", "a") as f:
