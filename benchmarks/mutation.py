@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES: dict[str, tuple[str, list[str]]] = {
     "verifier": ("seal_envs/verifier.py", ["tests/test_verifier.py", "tests/test_env.py", "tests/test_shop_env.py",
                                            "tests/test_bfcl_protocol.py"]),
-    "envpool": ("seal_trainer/envpool.py", ["tests/test_envpool.py", "tests/test_closed_loop.py", "tests/test_agent_loop.py"]),
+    "envpool": ("seal_trainer/envpool.py", ["tests/test_envpool.py", "tests/test_closed_loop.py",
+                                            "tests/test_agent_loop.py"]),
     "trainer": ("seal_trainer/trainer.py", ["tests/test_trainer_step.py"]),
     "diagnosis": ("seal_envs/diagnosis.py", ["tests/test_diagnosis.py", "tests/test_env.py", "tests/test_interface.py",
                                              "tests/test_bfcl_protocol.py"]),
