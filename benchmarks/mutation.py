@@ -4,6 +4,7 @@
     python benchmarks/mutation.py verifier envpool      # some of them (names as in MODULES)
     python benchmarks/mutation.py --list                # the modules and the tests each is run against
     python benchmarks/mutation.py --survivors trainer   # a finished run's surviving mutants, as diffs
+    python benchmarks/mutation.py --table               # the recorded scores as the table of docs/testing.md
 
 On demand, never in CI (minutes per module on 2 cores). Each module runs in its own copy of the repository under
 ``--work-dir`` (default ``/tmp/seal-mutation/<module>``) with a ``[tool.mutmut]`` section that mutates only that
@@ -117,6 +118,20 @@ def survivors(work: Path) -> None:
                              capture_output=True, text=True).stdout)
 
 
+def table(record: dict) -> str:
+    """Markdown rows: module, tests, killed, survived, not reached by the tests, score, minutes, date."""
+    rows = ["| module | tests | killed | survived | no test reaches | score | minutes | date |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name in MODULES:
+        if name in record:
+            r, c = record[name], record[name]["counts"]
+            tests = ", ".join(Path(t).name for t in r["tests"])
+            rows.append(f"| `{r['module']}` | {tests} | {c.get('killed', 0) + c.get('timeout', 0)} | "
+                        f"{c.get('survived', 0)} | {c.get('no tests', 0)} | {r['score']}% | {r['minutes']} | "
+                        f"{r['date']} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2 cores)")
     parser.add_argument("--list", action="store_true", help="print the modules and their tests")
     parser.add_argument("--survivors", action="store_true", help="print the surviving mutants of a finished run")
+    parser.add_argument("--table", action="store_true", help="print the recorded scores as a Markdown table")
     args = parser.parse_args(argv)
     names = args.modules or list(MODULES)
     unknown = sorted(set(names) - set(MODULES))
@@ -141,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     record_path = args.work_dir / "scores.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    if args.table:
+        print(table(record))
+        return 0
     for name in names:
         result = run(name, args.work_dir / name, args.max_children)
         result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
