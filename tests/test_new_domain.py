@@ -64,7 +64,7 @@ def test_the_docs_domain_trains(calendar, tmp_path):
 
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "seal_trainer.cli", f"seal.domain={calendar}", "seal.model=tiny",
-           "seal.warm_start.steps=3", "seal.warm_start.split=", "seal.warm_start.warmup=1",
+           "seal.warm_start.steps=3", "seal.warm_start.split=",
            "seal.env.sandbox=inprocess", "trainer.total_training_steps=1",
            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=2",
            "data.max_response_length=128", "trainer.val_before_train=false", f"trainer.default_local_dir={run}",
