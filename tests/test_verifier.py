@@ -4,6 +4,7 @@ check them together through whole episodes)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 
 import pytest
 
@@ -151,3 +152,11 @@ def test_an_unjudged_turn_passes_whatever_happened():
     verdict = judge_turn(reference(judged=False), turn(required=("x",)), {"A": {"x": 9}}, [], "", 3)
     assert verdict.passed and verdict.abstention_ok and verdict.state_diff == () and verdict.missing_outputs == 0
     assert (verdict.state_matches, verdict.outputs_match, verdict.response_matches) == (True, True, True)
+
+
+def test_the_fingerprint_ignores_key_order_and_takes_any_state_value():
+    task = TASKS["shop_base_001"]
+    ordered = replace(task, initial_state={SHOP: {"x": 1, "y": 2}})
+    assert task_fingerprint(ordered) == task_fingerprint(replace(task, initial_state={SHOP: {"y": 2, "x": 1}}))
+    dated = replace(task, initial_state={SHOP: {"since": date(2026, 1, 1)}})  # not JSON: compared as text
+    assert task_fingerprint(dated) != task_fingerprint(replace(task, initial_state={SHOP: {"since": date(2026, 1, 2)}}))
