@@ -204,6 +204,9 @@ class InterfaceBoardImpl:
 
 
 _LOCAL_BOARD: InterfaceBoardImpl | None = None
+# The creating process (the trainer) keeps its handle: Ray removes an actor, named or not, once no handle to it is
+# left, and the agent-loop workers only look it up by name before each episode.
+_RAY_BOARD: Any = None
 
 
 def _ray_ready() -> bool:
@@ -217,13 +220,15 @@ def _ray_ready() -> bool:
 
 def get_board(create: bool = False):
     """The job's board: a named Ray actor when Ray runs, else a process-local object. None if absent."""
-    global _LOCAL_BOARD
+    global _LOCAL_BOARD, _RAY_BOARD
     if _ray_ready():
         import ray
 
         if create:
-            return ray.remote(InterfaceBoardImpl).options(name=BOARD_NAME, get_if_exists=True,
-                                                          num_cpus=0).remote()
+            if _RAY_BOARD is None:
+                _RAY_BOARD = ray.remote(InterfaceBoardImpl).options(name=BOARD_NAME, get_if_exists=True,
+                                                                    num_cpus=0).remote()
+            return _RAY_BOARD
         try:
             return ray.get_actor(BOARD_NAME)
         except ValueError:
@@ -262,12 +267,12 @@ def board_drain_rollouts(board) -> list[dict[str, Any]]:
 
 
 def reset_local_state() -> None:
-    """Forget pools and the local board (tests)."""
-    global _LOCAL_BOARD
+    """Forget pools and the boards (tests)."""
+    global _LOCAL_BOARD, _RAY_BOARD
     for pool in _POOLS.values():
         pool.close()
     _POOLS.clear()
-    _LOCAL_BOARD = None
+    _LOCAL_BOARD = _RAY_BOARD = None
 
 
 __all__ = ["BOARD_NAME", "EnvPool", "EnvSpec", "InterfaceBoardImpl", "board_drain_rollouts", "board_post_rollout",

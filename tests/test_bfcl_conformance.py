@@ -171,14 +171,7 @@ def test_evolved_interface_never_changes_the_judgement_of_the_same_calls(env):
 
 
 @pytest.mark.docker
-def test_docker_subset_matches_inprocess(env):
-    pytest.importorskip("docker")
-    from seal_envs.sandbox.docker import docker_client
-
-    try:
-        docker_client()
-    except Exception as exc:  # no daemon here: the CI job starts one
-        pytest.skip(f"no Docker daemon: {exc}")
+def test_docker_subset_matches_inprocess(env, docker_daemon):
     tasks = [bfcl_tasks("all", c)[0] for c in ("base", "miss_func", "miss_param", "long_context")]
     docker_env = make_env(split="all", mode="eval", sandbox="docker")
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -46,11 +45,19 @@ def test_malformed_calls_are_reported_never_dropped(name):
 @pytest.mark.parametrize("name", FORMATS)
 def test_plain_answer_garbage_and_limits(name):
     fmt = get_tool_format(name)
-    assert fmt.parse("The order ships tomorrow.") == (fmt.parse("The order ships tomorrow."))
     plain = fmt.parse("The order ships tomorrow.")
     assert plain.content == "The order ships tomorrow." and not plain.calls and not plain.errors
-    for garbage in (None, 42, "{" * 5000, "[TOOL_CALLS]" * 1000, "<tool_call>" * 1000, "\x00\udcff"):
-        fmt.parse(garbage)
+    for garbage in (None, 42):
+        parsed = fmt.parse(garbage)
+        assert not parsed.calls and [e.reason for e in parsed.errors] == ["action must be a string"]
+    own_marker = {"hermes": "<tool_call>" * 1000, "mistral": "[TOOL_CALLS]" * 1000, "llama3_json": "{" * 5000}[name]
+    for garbage in ("{" * 5000, "[TOOL_CALLS]" * 1000, "<tool_call>" * 1000, "\x00\udcff"):
+        parsed = fmt.parse(garbage)
+        assert not parsed.calls and len(parsed.errors) <= ParseLimits().max_calls + 1, (garbage[:20], parsed.errors)
+        if garbage == own_marker:  # this format's call syntax, broken: parse errors, no answer text
+            assert parsed.errors and parsed.content == ""
+        else:  # someone else's markers or noise: the plain answer, unchanged
+            assert not parsed.errors and parsed.content == garbage
     limits = ParseLimits(max_calls=3)
     parsed = fmt.parse(fmt.format_calls([ToolCall("a", {"i": i}) for i in range(5)]), limits)
     assert len(parsed.calls) == 3 and "more than 3 tool calls" in parsed.errors[-1].reason
@@ -179,8 +186,9 @@ def test_bfcl_decoding_wins():
         make_env(split="eval", mode="eval", sandbox="inprocess", tool_format="mistral")
 
 
-def test_agent_loop_and_warm_start_render_a_non_default_format():
-    """On SmolLM2's real tokenizer (its saved template is SEAL's Hermes one): no generation runs."""
+def test_agent_loop_and_warm_start_render_a_non_default_format(smollm2_folder):
+    """On SmolLM2's real tokenizer (its saved template is SEAL's Hermes one): no generation runs. The agent loop
+    itself renders a non-default format in tests/test_agent_loop.py."""
     from transformers import AutoTokenizer
 
     from seal_envs.tool_template import ensure_tool_template, tool_chat_template
@@ -188,10 +196,7 @@ def test_agent_loop_and_warm_start_render_a_non_default_format():
     from seal_trainer.agent_loop import _new_tools_message
     from seal_trainer.envpool import EnvSpec
 
-    folder = Path.home() / ".cache" / "seal" / "smollm2-135m-b179c9523d0e6a0f-v1"
-    if not (folder / "tokenizer_config.json").exists():
-        pytest.skip("SmolLM2 not converted yet (seal-train converts it once)")
-    tok = AutoTokenizer.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(smollm2_folder)
     assert tok.chat_template == tool_chat_template("hermes")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # SEAL's own template of another format is swapped without a warning

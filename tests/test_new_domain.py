@@ -59,14 +59,23 @@ def test_the_docs_domain_evaluates(calendar, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_docs_domain_trains(calendar, tmp_path):
+    """``seal-train`` on the new domain: a short warm start on its executed ground truth, then one GRPO step."""
+    from omegaconf import OmegaConf
+
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "seal_trainer.cli", f"seal.domain={calendar}", "seal.model=tiny",
-           "seal.warm_start.steps=0", "seal.env.sandbox=inprocess", "trainer.total_training_steps=1",
+           "seal.warm_start.steps=3", "seal.warm_start.split=",
+           "seal.env.sandbox=inprocess", "trainer.total_training_steps=1",
            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=2",
            "data.max_response_length=128", "trainer.val_before_train=false", f"trainer.default_local_dir={run}",
            "trainer.experiment_name=calendar"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=850)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # the policy RL started from is the warm-started tiny model: 3 SFT steps on the domain's 4 demonstrations
+    policy = Path(OmegaConf.load(run / "config.yaml").actor_rollout_ref.model.path)
+    record = json.loads((policy / "warm_start.json").read_text())
+    assert record["config"]["steps"] == 3 and record["domain"] == str(calendar) and record["sequences"] >= 4
+    assert record["loss"][-1]["step"] == 3 and f"[seal] model: {policy}" in out.stdout
     steps = [json.loads(line) for line in (run / "seal_steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if "validation" not in s] == [1]
     assert "final policy:" in out.stdout and (run / "global_step_1" / "actor" / "huggingface" / "config.json").exists()

@@ -1,0 +1,159 @@
+"""The closed loop's environment side: an interface evolved from a step's labels reaches every idle training env
+of a worker's pools and no eval env, and survives a checkpoint (``seal_state.json``).
+
+Real shop envs (tools in-process), the real ``EnvPool``s and the process-local interface board that the agent loop
+reads outside Ray (the Ray actor board: ``tests/test_trainer_transfer_queue.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from seal_envs.interface import GUIDELINES, SCHEMA_INSTRUCTION, InterfaceState
+from seal_trainer.closed_loop import ClosedLoop
+from seal_trainer.envpool import EnvSpec, InterfaceBoardImpl, board_get, get_board, get_env_pool, reset_local_state
+from seal_trainer.trainer import STATE_FILE
+
+TRAIN = EnvSpec(domain="shop", mode="train", sandbox="inprocess")
+EVAL = EnvSpec(domain="shop", mode="eval", sandbox="inprocess")
+# a step where most turns got a call's arguments wrong and one called a tool it should not have
+STEP_LABELS = [["argument_mismatch", "argument_mismatch"], ["spurious_tool_call", "pass"], ["argument_mismatch"]]
+
+
+@pytest.fixture(autouse=True)
+def fresh_pools_and_board():
+    reset_local_state()
+    yield
+    reset_local_state()
+
+
+async def fill(pool, n: int) -> list:
+    """n envs made, used and given back: the pool's idle envs."""
+    envs = [await pool.acquire() for _ in range(n)]
+    for env in envs:
+        await pool.release(env)
+    return envs
+
+
+async def take_idle(pool) -> list:
+    """Every idle env of the pool, as the next episodes would get them (then given back)."""
+    envs = [await pool.acquire() for _ in range(len(pool._idle))]
+    for env in envs:
+        await pool.release(env)
+    return envs
+
+
+async def adopt_published(pool) -> bool:
+    """What the agent loop does before an episode (``SealToolEnvAgentLoop.run``): read the board, apply if newer."""
+    version, doc = await board_get(get_board(), pool.interface_version)
+    return pool.apply_interface(doc, version)
+
+
+def system_prompt(env) -> str:
+    obs, _ = env.reset(options={"task_id": "shop_base_001"})
+    return obs[0]["content"] if obs[0]["role"] == "system" else ""
+
+
+def test_a_published_interface_reaches_every_idle_training_env_and_no_eval_env():
+    train, evals = get_env_pool(TRAIN), get_env_pool(EVAL)
+
+    async def scenario():
+        train_envs, eval_envs = await fill(train, 3), await fill(evals, 2)
+        loop = ClosedLoop()
+        loop.observe(STEP_LABELS)
+        state, changed = loop.update(step=1)
+        assert changed and state.schema_cues and state.guidelines  # the profile asks for cues
+        assert await adopt_published(train) and not await adopt_published(evals)
+        adopted, untouched = await take_idle(train), await take_idle(evals)
+        assert {id(e) for e in adopted} == {id(e) for e in train_envs}
+        assert {id(e) for e in untouched} == {id(e) for e in eval_envs}
+        return state, adopted, untouched
+
+    state, adopted, untouched = asyncio.run(scenario())
+    for env in adopted:
+        assert env.unwrapped.interface == state
+        prompt = system_prompt(env)
+        assert SCHEMA_INSTRUCTION in prompt and all(GUIDELINES[g] in prompt for g in state.guidelines)
+        _, info = env.reset(options={"task_id": "shop_base_001"})
+        assert any("[required]" in t["function"]["description"] + str(t["function"]["parameters"])
+                   for t in info["tools"])
+    for env in untouched:
+        assert env.unwrapped.interface == InterfaceState()
+        assert SCHEMA_INSTRUCTION not in system_prompt(env)
+
+
+def test_an_env_made_after_the_publication_adopts_it_too():
+    train = get_env_pool(TRAIN)
+
+    async def scenario():
+        loop = ClosedLoop()
+        loop.observe(STEP_LABELS)
+        state, _ = loop.update(step=1)
+        await adopt_published(train)
+        env = await train.acquire()  # none idle: a new env
+        await train.release(env)
+        return state, env
+
+    state, env = asyncio.run(scenario())
+    assert train.created == 1 and env.unwrapped.interface == state
+
+
+def test_only_a_newer_version_is_adopted():
+    train = get_env_pool(TRAIN)
+
+    async def scenario():
+        await fill(train, 1)
+        loop = ClosedLoop()
+        loop.observe(STEP_LABELS)
+        loop.update(step=1)
+        assert await adopt_published(train)
+        assert not await adopt_published(train)  # nothing new on the board
+        loop.observe([["spurious_tool_call"] * 3])
+        loop.update(step=2)
+        assert await adopt_published(train)
+        return loop.interface, await take_idle(train)
+
+    state, (env,) = asyncio.run(scenario())
+    assert env.unwrapped.interface == state and state.guidelines == ("spurious_tool_call",)
+
+
+@pytest.mark.parametrize("closed_loop_update", [True, False])
+def test_the_interface_survives_a_save_and_restore(tmp_path, closed_loop_update):
+    """A resumed job (new process: empty board, new pools) restores and republishes the saved interface."""
+    loop = ClosedLoop(closed_loop_update=closed_loop_update, profile_window=2, board=InterfaceBoardImpl())
+    for labels in (STEP_LABELS, [["spurious_tool_call"] * 2]):
+        loop.observe(labels)
+        loop.update()
+    path = tmp_path / "global_step_2" / STATE_FILE
+    path.parent.mkdir()
+    loop.save(path, {"step": 2})
+
+    restored = ClosedLoop(closed_loop_update=closed_loop_update, profile_window=2)
+    doc = restored.load(path)
+    assert doc["step"] == 2 and restored.interface == loop.interface and not restored.interface.is_original
+    assert restored.updates == loop.updates and restored.profile() == loop.profile()
+    train = get_env_pool(TRAIN)
+
+    async def resumed():
+        await fill(train, 2)
+        assert await adopt_published(train)  # load republished it for the workers
+        return await take_idle(train)
+
+    assert all(env.unwrapped.interface == loop.interface for env in asyncio.run(resumed()))
+    # the switch still holds after the restore: a frozen interface stays frozen
+    restored.observe([["missing_tool_call"] * 4])
+    state, changed = restored.update()
+    assert changed == closed_loop_update and (state == loop.interface) != closed_loop_update
+
+
+def test_an_original_interface_is_restored_without_publishing(tmp_path):
+    loop = ClosedLoop(interface_evolution=False, board=InterfaceBoardImpl())
+    loop.observe(STEP_LABELS)
+    loop.update()
+    loop.save(tmp_path / STATE_FILE)
+    board = InterfaceBoardImpl()
+    restored = ClosedLoop(interface_evolution=False, board=board)
+    restored.load(tmp_path / STATE_FILE)
+    assert restored.interface.is_original and board.history == []
