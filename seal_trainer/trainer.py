@@ -131,7 +131,9 @@ class SealPPOTrainer(PPOTrainerSync):
     # ------------------------------------------------------------------ advantage
 
     def _epoch(self) -> int:
-        return max(self.global_steps - 1, 0) // max(getattr(self, "steps_per_epoch", 0) or 1, 1)
+        """The epoch of the step being trained (verl counts steps from 1): dynamic rho's and the profile's window."""
+        step = getattr(self, "global_steps", 1)
+        return max(step - 1, 0) // max(getattr(self, "steps_per_epoch", 0) or 1, 1)
 
     def _compute_advantage(self, batch, metrics: dict):
         extras = _extra_fields(batch.keys, batch.partition_id)

@@ -18,8 +18,19 @@ from seal_trainer.trainer import STATE_FILE
 
 TRAIN = EnvSpec(domain="shop", mode="train", sandbox="inprocess")
 EVAL = EnvSpec(domain="shop", mode="eval", sandbox="inprocess")
-# a step where most turns got a call's arguments wrong and one called a tool it should not have
-STEP_LABELS = [["argument_mismatch", "argument_mismatch"], ["spurious_tool_call", "pass"], ["argument_mismatch"]]
+# a step (labels, tags, reward per rollout) where most turns changed the wrong state and one called a tool it
+# should not have: state_mismatch qualifies for a guideline (10 turns, share 10/11, reward 0), the spurious call not
+STEP = [(["argument_mismatch"] * 2, ["state_mismatch"] * 2, 0.0)] * 5 + [
+    (["spurious_tool_call", "pass"], ["spurious_tool_call", "pass"], 0.0)]
+
+
+def observe(loop: ClosedLoop, rollouts, epoch: int = 0) -> None:
+    labels, tags, rewards = zip(*rollouts)
+    loop.observe(labels, tags, rewards, epoch=epoch)
+
+
+def only(label: str, tag: str, turns: int = 9):
+    return [([label] * turns, [tag] * turns, 0.0)]
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +73,7 @@ def test_a_published_interface_reaches_every_idle_training_env_and_no_eval_env()
     async def scenario():
         train_envs, eval_envs = await fill(train, 3), await fill(evals, 2)
         loop = ClosedLoop()
-        loop.observe(STEP_LABELS)
+        observe(loop, STEP)
         state, changed = loop.update(step=1)
         assert changed and state.schema_cues and state.guidelines  # the profile asks for cues
         assert await adopt_published(train) and not await adopt_published(evals)
@@ -89,7 +100,7 @@ def test_an_env_made_after_the_publication_adopts_it_too():
 
     async def scenario():
         loop = ClosedLoop()
-        loop.observe(STEP_LABELS)
+        observe(loop, STEP)
         state, _ = loop.update(step=1)
         await adopt_published(train)
         env = await train.acquire()  # none idle: a new env
@@ -106,11 +117,11 @@ def test_only_a_newer_version_is_adopted():
     async def scenario():
         await fill(train, 1)
         loop = ClosedLoop()
-        loop.observe(STEP_LABELS)
+        observe(loop, STEP)
         loop.update(step=1)
         assert await adopt_published(train)
         assert not await adopt_published(train)  # nothing new on the board
-        loop.observe([["spurious_tool_call"] * 3])
+        observe(loop, only("spurious_tool_call", "spurious_tool_call"), epoch=1)  # a new epoch: a new window
         loop.update(step=2)
         assert await adopt_published(train)
         return loop.interface, await take_idle(train)
@@ -123,8 +134,8 @@ def test_only_a_newer_version_is_adopted():
 def test_the_interface_survives_a_save_and_restore(tmp_path, closed_loop_update):
     """A resumed job (new process: empty board, new pools) restores and republishes the saved interface."""
     loop = ClosedLoop(closed_loop_update=closed_loop_update, profile_window=2, board=InterfaceBoardImpl())
-    for labels in (STEP_LABELS, [["spurious_tool_call"] * 2]):
-        loop.observe(labels)
+    for rollouts in (STEP, only("spurious_tool_call", "spurious_tool_call")):
+        observe(loop, rollouts)
         loop.update()
     path = tmp_path / "global_step_2" / STATE_FILE
     path.parent.mkdir()
@@ -143,14 +154,14 @@ def test_the_interface_survives_a_save_and_restore(tmp_path, closed_loop_update)
 
     assert all(env.unwrapped.interface == loop.interface for env in asyncio.run(resumed()))
     # the switch still holds after the restore: a frozen interface stays frozen
-    restored.observe([["missing_tool_call"] * 4])
+    observe(restored, only("missing_tool_call", "empty_turn_model_response"))
     state, changed = restored.update()
     assert changed == closed_loop_update and (state == loop.interface) != closed_loop_update
 
 
 def test_an_original_interface_is_restored_without_publishing(tmp_path):
     loop = ClosedLoop(interface_evolution=False, board=InterfaceBoardImpl())
-    loop.observe(STEP_LABELS)
+    observe(loop, STEP)
     loop.update()
     loop.save(tmp_path / STATE_FILE)
     board = InterfaceBoardImpl()
