@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from seal_envs.sandbox import CallResult, SandboxConfig, SandboxError
+from seal_envs.sandbox import CallResult, SandboxConfig
 from seal_envs.sandbox.pool import SandboxPool
 
 pytestmark = pytest.mark.docker

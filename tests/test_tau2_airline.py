@@ -4,7 +4,6 @@ the offline scripted user, and tau2's deterministic grading (final DB and commun
 from __future__ import annotations
 
 import gymnasium as gym
-import pytest
 
 from seal_envs.evaluation.policies import ReplayPolicy
 from seal_envs.evaluation.runner import run_episode
