@@ -91,7 +91,7 @@ def test_the_configured_tool_format_reaches_the_prompt_and_the_env(smollm2_folde
 
 def test_a_training_row_adopts_the_published_interface_and_an_eval_row_does_not(smollm2_folder):
     loop = ClosedLoop()
-    loop.observe([["argument_mismatch"] * 3])
+    loop.observe([["argument_mismatch"] * 8], [["state_mismatch"] * 8], [0.0], epoch=0)
     state, _ = loop.update(step=1)
     assert state.schema_cues
     trained, train_prompt, _ = episode(smollm2_folder, "hermes", mode="train")

@@ -14,7 +14,7 @@ from seal_trainer.preflight import ConfigError, check_config
     (["seal.model=nosuch"], "seal.model='nosuch' is neither a named model"),
     (["+seal.abalation=vanilla"], "seal.abalation is not a key of seal (did you mean seal.ablation?)"),
     (["+seal.reweighting.rhoo=dynamic"], "seal.reweighting.rhoo is not a key of seal.reweighting"),
-    (["seal.reweighting.rho=dyn"], "did you mean dynamic?"),
+    (["seal.reweighting.rho=dyn"], "must be 'fixed' or 'dynamic'"),
     (["seal.tool_format=nosuch"], "unknown tool format 'nosuch'"),
     (["seal.env.sandbox=podman"], "seal.env.sandbox='podman' is not one of docker, inprocess"),
     (["seal.domain=/nowhere/at/all"], "seal.domain='/nowhere/at/all' does not load"),

@@ -43,7 +43,7 @@ def test_the_advantages_written_to_transfer_queue_are_w_times_grpo(transfer_queu
     data["extra_fields"] = NonTensorStack(*extras)  # what the agent loop writes per rollout
     keys = [f"rollout-{i}" for i in range(len(ROLLOUTS))]
     batch = tq.kv_batch_put(keys=keys, partition_id="train_0", fields=data)
-    trainer = trainer_for(tmp_path)
+    trainer = trainer_for(tmp_path, "seal.reweighting.rho=fixed")
     metrics: dict[str, float] = {}
     trainer._compute_advantage(batch, metrics)
     written = tq.kv_batch_get(keys=keys, partition_id="train_0", select_fields=["advantages", "returns"])
@@ -64,7 +64,7 @@ def test_the_board_actor_carries_the_interface_to_a_workers_pools(transfer_queue
     from seal_trainer.envpool import BOARD_NAME, EnvSpec, board_get, get_board, get_env_pool
 
     loop = ClosedLoop()
-    loop.observe([["argument_mismatch"] * 3])
+    loop.observe([["argument_mismatch"] * 8], [["state_mismatch"] * 8], [0.0], epoch=0)
     state, _ = loop.update(step=1)
     board = get_board()
     assert board is not None and ray.get_actor(BOARD_NAME) is not None

@@ -66,11 +66,11 @@ def evaluate_model(model: str | Path, task_sets: Mapping[str, Sequence], setting
     from seal_envs.evaluation.batch_generate import Sampling, load_generator
 
     torch.manual_seed(settings.seed)
-    tokenizer, generator = load_generator(str(model), max_cached=settings.batch_size + 8,
-                                          tool_format=settings.tool_format)
-    modes = {"greedy": (Sampling(0.0), 1)}
+    tokenizer, generator = load_generator(str(model), tool_format=settings.tool_format)
+    modes = {"greedy": (Sampling(temperature=0.0), 1)}
     if settings.samples > 0:
-        modes["sampled"] = (Sampling(settings.temperature, settings.top_p, settings.seed), settings.samples)
+        modes["sampled"] = (Sampling(temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed),
+                            settings.samples)
     result: dict[str, Any] = {"model": str(model), "settings": asdict(settings), "sets": {}}
     t0 = time.time()
     for name, tasks in task_sets.items():

@@ -80,6 +80,7 @@ class _Connection:
         self._portal_context = start_blocking_portal()
         self._portal = self._portal_context.__enter__()
         self._closed = False
+        self._owner = os.getpid()  # a forked child inherits this object, not the server or the event loop's thread
         env = {**os.environ, **{str(k): str(v) for k, v in config["env"].items()}}
         if initial_state_file is not None:
             env[STATE_VARIABLE] = initial_state_file
@@ -222,6 +223,8 @@ class _Connection:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._owner:  # in a forked child: the parent's to stop (waiting on its thread would hang)
+            return
         try:
             self._portal.call(self._shutdown)
         except Exception:  # noqa: BLE001 - closing must not fail; the kill below still runs
