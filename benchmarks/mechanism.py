@@ -36,7 +36,7 @@ from pathlib import Path
 from seal_envs.diagnosis import NON_AGENT_LABELS, Label
 from seal_envs.evaluation.batched import Job, Limits, Outcome, play_episodes
 from seal_envs.interface import FailureInput, FailureProfile, InterfaceState, evolve
-from seal_trainer.advantage import ReweightConfig, Reweighter, in_informative_group
+from seal_trainer.advantage import ReweightConfig, Reweighter, in_informative_group, mean_weight_by_name
 
 CONFIG = Path(__file__).resolve().parents[1] / "seal_trainer" / "config" / "seal_cpu.yaml"
 CUE_ARMS = ("schema_cues", "error_hints", "guidelines")
@@ -92,16 +92,18 @@ def weight_table(outcomes: Sequence[Outcome]) -> dict:
     weights = {mode: Reweighter(ReweightConfig(rho=mode)).weights(tags, rewards, epoch=0)
                for mode in ("fixed", "dynamic")}
     grad = in_informative_group([o.task_id for o in kept], rewards, [True] * len(kept))
+    rows, grad_rows = range(len(kept)), [j for j in range(len(kept)) if grad[j]]
     table: dict = {}
     for kind in ("labels", "tags"):
-        for name in sorted({n for o in kept for n in getattr(o, kind)}):
-            rows = [j for j, o in enumerate(kept) if name in getattr(o, kind)]
-            entry = {"rollouts": len(rows), "with_gradient": int(sum(grad[j] for j in rows))}
-            for mode, w in weights.items():
-                entry[f"w_{mode}"] = float(sum(w[j] for j in rows) / len(rows))
-                with_grad = [w[j] for j in rows if grad[j]]
-                entry[f"w_{mode}_grad"] = float(sum(with_grad) / len(with_grad)) if with_grad else None
-            table.setdefault(kind, {})[name] = entry
+        names = [getattr(o, kind) for o in kept]
+        count = Counter(n for j in rows for n in set(names[j]))
+        with_grad = Counter(n for j in grad_rows for n in set(names[j]))
+        means = {mode: (mean_weight_by_name(w, names, rows), mean_weight_by_name(w, names, grad_rows))
+                 for mode, w in weights.items()}
+        table[kind] = {name: {"rollouts": count[name], "with_gradient": with_grad[name],
+                              **{k: v for mode, (all_w, grad_w) in means.items()
+                                 for k, v in ((f"w_{mode}", all_w[name]), (f"w_{mode}_grad", grad_w.get(name)))}}
+                       for name in sorted(count)}
     return table
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from seal_trainer.advantage import FIXED_RHO, in_informative_group, trajectory_weight
+from seal_trainer.advantage import FIXED_RHO, in_informative_group, mean_weight_by_name, trajectory_weight
 
 BEFORE_EXCLUDED = frozenset({"infrastructure_error", "task_error"})  # the old rule's excluded labels
 
@@ -26,13 +27,11 @@ def before_table(rollouts: Sequence[dict]) -> dict[str, dict]:
     """The old rule: w = clip(sum_z p(z) rho(z)) over the played turns' labels, rho = FIXED_RHO by label name."""
     weights = [trajectory_weight(r["labels"], FIXED_RHO, excluded=BEFORE_EXCLUDED) for r in rollouts]
     grad = in_informative_group([r["task_id"] for r in rollouts], [r["reward"] for r in rollouts], [True] * len(rollouts))
-    table = {}
-    for label in sorted({z for r in rollouts for z in r["labels"]}):
-        rows = [j for j, r in enumerate(rollouts) if label in r["labels"]]
-        with_grad = [weights[j] for j in rows if grad[j]]
-        table[label] = {"rollouts": len(rows), "w": sum(weights[j] for j in rows) / len(rows),
-                        "w_grad": sum(with_grad) / len(with_grad) if with_grad else None}
-    return table
+    names = [r["labels"] for r in rollouts]
+    count = Counter(z for labels in names for z in set(labels))
+    all_w = mean_weight_by_name(weights, names, range(len(rollouts)))
+    grad_w = mean_weight_by_name(weights, names, [j for j in range(len(rollouts)) if grad[j]])
+    return {label: {"rollouts": count[label], "w": all_w[label], "w_grad": grad_w.get(label)} for label in sorted(count)}
 
 
 def fmt(x: float | None) -> str:

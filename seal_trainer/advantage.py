@@ -259,23 +259,37 @@ def seal_grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.
     return out, out
 
 
-def informative_groups(index: Sequence[Any], rewards: Sequence[float], valid: Sequence[bool] | None = None
-                       ) -> tuple[int, int]:
-    """(groups whose valid rewards differ, groups): only the former give GRPO a non-zero advantage."""
+def _valid_reward_sets(index: Sequence[Any], rewards: Sequence[float], valid: Sequence[bool] | None
+                       ) -> dict[Any, set[float]]:
+    """Per GRPO group (``index``), the distinct rewards of its valid rollouts."""
     groups: dict[Any, set[float]] = defaultdict(set)
     for i, (key, r) in enumerate(zip(index, rewards)):
         if valid is None or bool(valid[i]):
             groups[key].add(float(r))
+    return groups
+
+
+def informative_groups(index: Sequence[Any], rewards: Sequence[float], valid: Sequence[bool] | None = None
+                       ) -> tuple[int, int]:
+    """(groups whose valid rewards differ, groups): only the former give GRPO a non-zero advantage."""
+    groups = _valid_reward_sets(index, rewards, valid)
     return sum(len(v) > 1 for v in groups.values()), len(groups)
 
 
 def in_informative_group(index: Sequence[Any], rewards: Sequence[float], valid: Sequence[bool]) -> np.ndarray:
     """Per rollout: valid and in a group whose valid rewards differ (with 0/1 rewards: a non-zero GRPO advantage)."""
-    groups: dict[Any, set[float]] = defaultdict(set)
-    for key, r, ok in zip(index, rewards, valid):
-        if ok:
-            groups[key].add(float(r))
+    groups = _valid_reward_sets(index, rewards, valid)
     return np.array([bool(ok) and len(groups[key]) > 1 for key, ok in zip(index, valid)], dtype=bool)
+
+
+def mean_weight_by_name(weights: Sequence[float], names: Sequence[Sequence[str]], rows: Iterable[int]
+                        ) -> dict[str, float]:
+    """Per label or tag among the rollouts ``rows``: the mean w of those that have it (``names[j]``: rollout j's)."""
+    picked: defaultdict[str, list[float]] = defaultdict(list)
+    for j in rows:
+        for name in set(names[j]):
+            picked[name].append(float(weights[j]))
+    return {name: float(np.mean(ws)) for name, ws in sorted(picked.items())}
 
 
 def weight_metrics(weights: np.ndarray, trajectory_tags: Sequence[Sequence[str]], valid: np.ndarray,
@@ -293,9 +307,8 @@ def weight_metrics(weights: np.ndarray, trajectory_tags: Sequence[Sequence[str]]
                     f"{prefix}_{name}/max": float(w.max()),
                     f"{prefix}_{name}/share_above_1": float(np.mean(w > 1.0 + 1e-9)),
                     f"{prefix}_{name}/share_below_1": float(np.mean(w < 1.0 - 1e-9))})
-        rows = np.flatnonzero(mask)
-        for tag in sorted({z for j in rows for z in trajectory_tags[j]}):
-            out[f"{prefix}_{name}/tag/{tag}"] = float(np.mean([weights[j] for j in rows if tag in trajectory_tags[j]]))
+        for tag, mean in mean_weight_by_name(weights, trajectory_tags, np.flatnonzero(mask)).items():
+            out[f"{prefix}_{name}/tag/{tag}"] = mean
     return out
 
 
@@ -326,6 +339,6 @@ def _register() -> None:
 
 __all__ = [
     "DEFAULT_RHO", "DynamicRho", "EXCLUDED", "FIXED_RHO", "ReweightConfig", "Reweighter", "TagWindow", "as_labels",
-    "in_informative_group", "informative_groups", "label_distribution", "label_shares", "seal_grpo_advantage", "trajectory_weight",
+    "in_informative_group", "informative_groups", "label_distribution", "mean_weight_by_name", "label_shares", "seal_grpo_advantage", "trajectory_weight",
     "weight_metrics",
 ]
