@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from seal_envs.sandbox import CallResult, SandboxConfig, get_pool
+from seal_envs.sandbox.pool import SandboxPool
 from seal_envs.sandbox.inprocess import InProcessSandbox
 
 PATHS = [str(Path(__file__).parent / "fixtures" / "evil")]
@@ -85,3 +86,47 @@ def test_pool_reuses_and_is_thread_safe():
     pool.close()
     assert get_pool(CONFIG) is not pool  # a closed pool is replaced, not handed out
     get_pool(CONFIG).close()
+
+
+class _SlowStart:
+    """A factory whose starts wait for ``go``, logging what happens: a container start caught by ``close``."""
+
+    def __init__(self) -> None:
+        self.go, self.started, self.events = threading.Event(), threading.Event(), []
+
+    def __call__(self) -> InProcessSandbox:
+        self.started.set()
+        assert self.go.wait(10), "the test never let the start finish"
+        self.events.append("started")
+        box = InProcessSandbox(CONFIG)
+        close = box.close
+        box.close = lambda: (self.events.append("closed"), close())  # type: ignore[method-assign]
+        return box
+
+
+@pytest.mark.parametrize("starter", ["refiller", "acquire"])
+def test_a_closed_pool_starts_nothing_and_close_waits_for_starts_in_flight(starter):
+    """Issue 24 item 4: a start in flight when the pool closes (the refiller's or an ``acquire``'s) is closed before
+    ``close()`` returns, and nothing starts after, so a caller may delete the folders its containers bind."""
+    factory = _SlowStart()
+    pool = SandboxPool(factory, CONFIG, prestart=starter == "refiller")
+    errors: list[BaseException] = []
+    if starter == "acquire":
+        def take() -> None:
+            try:
+                pool.acquire()
+            except RuntimeError as exc:
+                errors.append(exc)
+        threading.Thread(target=take).start()
+    assert factory.started.wait(10)
+    closer = threading.Thread(target=lambda: (pool.close(), factory.events.append("close returned")))
+    closer.start()
+    closer.join(0.5)  # without the wait, close() has returned by now
+    factory.go.set()
+    closer.join(10)
+    assert factory.events == ["started", "closed", "close returned"]
+    if starter == "acquire":
+        assert "the sandbox pool is closed" in str(errors[0])
+    with pytest.raises(RuntimeError, match="the sandbox pool is closed"):
+        pool.acquire()
+    assert factory.events == ["started", "closed", "close returned"]  # nothing started since

@@ -16,6 +16,7 @@ import pytest
 from seal_envs.cli import main
 from seal_envs.env import ToolUseEnv
 from seal_envs.resolve import UnresolvedImplementations
+from seal_envs.sandbox.pool import close_all_pools
 from seal_envs.validation import ValidationConfig, validate_domain
 
 FAST = ValidationConfig(sandbox="inprocess")  # trusted test domains; one test below runs in Docker
@@ -135,9 +136,12 @@ def test_docker_resolves_and_replays_inside_the_sandbox(docker_daemon):
         bad = write_domain(Path(folder) / "raises", [{"name": "get_balance", "arguments": {"account": "nobody"}}])
         for path in (root, bad, *root.iterdir(), *bad.iterdir()):
             os.chmod(path, 0o755)
-        with pytest.raises(UnresolvedImplementations, match="has no method 'depsit'"):
-            ToolUseEnv(domain=root, sandbox="docker")
-        report = validate_domain(bad, ValidationConfig(sandbox="docker"))
+        try:
+            with pytest.raises(UnresolvedImplementations, match="has no method 'depsit'"):
+                ToolUseEnv(domain=root, sandbox="docker")
+            report = validate_domain(bad, ValidationConfig(sandbox="docker"))
+        finally:  # containers bind the folder's tool modules: none may start while it is deleted
+            close_all_pools()
         assert [p.message.split(":")[0] for p in report.problems] == [
             'ground-truth call get_balance({"account"'] and "raises KeyError" in str(report.problems[0])
 

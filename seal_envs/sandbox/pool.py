@@ -36,6 +36,7 @@ class SandboxPool:
         self._agent_ran: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # handed out for episodes
         self._cond = threading.Condition()
         self._closed = False
+        self._handing_out = 0  # acquire() calls between taking or starting a sandbox and leasing it
         self._refiller: threading.Thread | None = None
         if on_start is not None or (prestart and config.pool_size > 0):
             self._refiller = threading.Thread(target=self._refill, args=(on_start, prestart),
@@ -87,19 +88,25 @@ class SandboxPool:
                 elif sandbox is None and (for_agent or candidate not in self._agent_ran):
                     sandbox = candidate
             self._idle = [s for s in self._idle if s is not sandbox and s not in stale]
+            self._handing_out += 1
             self._cond.notify_all()  # wake the refiller
-        for dead in stale:
-            dead.close()
-        if sandbox is None:
-            sandbox = self._factory()
-        with self._cond:
-            if self._closed:
-                sandbox.close()
-                raise RuntimeError("the sandbox pool is closed")
-            self._leased.add(sandbox)
-            if for_agent:
-                self._agent_ran.add(sandbox)
-        return sandbox
+        try:
+            for dead in stale:
+                dead.close()
+            if sandbox is None:
+                sandbox = self._factory()
+            with self._cond:
+                if not self._closed:
+                    self._leased.add(sandbox)
+                    if for_agent:
+                        self._agent_ran.add(sandbox)
+                    return sandbox
+            sandbox.close()  # the pool closed meanwhile: close() waits for this
+            raise RuntimeError("the sandbox pool is closed")
+        finally:
+            with self._cond:
+                self._handing_out -= 1
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def pristine(self) -> Iterator[Sandbox]:
@@ -139,8 +146,9 @@ class SandboxPool:
             return len(self._idle)
 
     def close(self) -> None:
-        """Close every sandbox of this pool, idle and handed out, and wait for a start in flight (closed as it
-        ends): a closed pool starts nothing more. Idempotent."""
+        """Close every sandbox of this pool, idle and handed out, and wait for the starts in flight (the
+        refiller's and ``acquire``'s, each closed as it ends): once this returns the pool holds no sandbox and
+        starts none, so a folder its containers bind can be deleted. Idempotent."""
         with self._cond:
             self._closed = True
             sandboxes = [*self._idle, *self._leased]
@@ -148,6 +156,8 @@ class SandboxPool:
             self._cond.notify_all()
         if self._refiller is not None and self._refiller is not threading.current_thread():
             self._refiller.join(CLOSE_JOIN_S)
+        with self._cond:
+            self._cond.wait_for(lambda: self._handing_out == 0, CLOSE_JOIN_S)
         _close_many(sandboxes)
 
 
