@@ -203,3 +203,63 @@ def test_informative_groups_count_groups_whose_valid_rewards_differ():
     assert informative_groups(uids, rewards) == (2, 3)
     # the only failure of group "c" is an infrastructure error: what is left has no spread
     assert informative_groups(uids, rewards, valid=[True, True, True, True, True, False]) == (1, 3)
+
+
+# Found by mutation testing (benchmarks/mutation.py advantage): each test below fails on a one-line break that the
+# tests above let through.
+
+def test_tags_outside_rho_weigh_the_default_and_join_dynamic_rho():
+    """A tag the rho table does not list counts with DEFAULT_RHO (1.0) and still moves under dynamic rho."""
+    assert trajectory_weight(["state_mismatch", "spurious_tool_call"], {"spurious_tool_call": 2.0}) == 1.5
+    d = DynamicRho(base={}, confidence_count=4)
+    assert d.get("state_mismatch") == 1.0
+    d.update(*BATCH)
+    assert d.get("state_mismatch") == pytest.approx(0.75 * 1.0 + 0.25 * 1.3)  # BATCH's hand computation, base 1
+    d.update([["gt_error"] * 3], [0.0])  # an excluded tag targets 1, whatever happened in its rollouts
+    assert d.get("gt_error") == pytest.approx(1.0)
+
+
+def test_every_reweighting_key_reaches_dynamic_rho():
+    """rho_overrides, alpha, beta and w_min from ``seal.reweighting`` are the dynamic rho's, not its defaults."""
+    rw = Reweighter(ReweightConfig(rho_overrides={"state_mismatch": 1.4}, alpha=0.5, beta=0.5, w_min=0.8,
+                                   confidence_count=4))
+    rw.weights(*BATCH, epoch=0)
+    target = 1.4 * (1 + 0.5 * 0.6 * (1 - 1 / 3) * 0.75)  # 1.61
+    assert rw.rho["state_mismatch"] == pytest.approx(0.5 * 1.4 + 0.5 * target)
+    assert rw.rho["instance_mismatch"] == pytest.approx(0.5 * 0.6 + 0.5 * 0.8)  # absent: base 0.6 clipped to w_min
+
+
+def test_invalid_rollouts_keep_w_1_and_stay_out_of_the_window():
+    fixed = Reweighter(ReweightConfig(rho="fixed", w_max=1.5))
+    assert fixed.weights([["spurious_tool_call"], ["spurious_tool_call"]], valid=[True, False]).tolist() == [1.5, 1.0]
+    dynamic = Reweighter(ReweightConfig(confidence_count=4))
+    dynamic.weights([*BATCH[0], ["spurious_tool_call"]], [*BATCH[1], 0.0], valid=[True, True, False], epoch=0)
+    assert "spurious_tool_call" not in dynamic.dynamic.window.count
+
+
+def test_a_fixed_rho_trainer_ignores_a_dynamic_checkpoint():
+    dynamic = Reweighter()
+    dynamic.weights(*BATCH, epoch=0)
+    fixed = Reweighter(ReweightConfig(rho="fixed"))
+    fixed.load_state(dynamic.state())
+    assert fixed.dynamic is None and fixed.rho == FIXED_RHO
+
+
+@pytest.mark.parametrize("w_min, w_max, ok", [(0.0, 2.0, False), (1.0, 1.0, True), (0.5, 0.9, False)])
+def test_weight_bounds_must_bracket_1(w_min, w_max, ok):
+    if ok:
+        ReweightConfig(w_min=w_min, w_max=w_max)
+    else:
+        with pytest.raises(ValueError, match="0 < w_min <= 1 <= w_max"):
+            ReweightConfig(w_min=w_min, w_max=w_max)
+
+
+def test_a_group_with_one_valid_sample_does_not_stop_the_others():
+    adv, _ = seal_grpo_advantage(_rewards([1.0, 1.0, 0.0]), torch.ones(3, 5), ["solo", "g", "g"], epsilon=0.5)
+    std = torch.tensor([1.0, 0.0]).std().item()
+    assert adv[:, 0].tolist() == pytest.approx([0.0, 0.5 / (std + 0.5), -0.5 / (std + 0.5)])  # epsilon is added
+
+
+def test_weight_metrics_count_w_exactly_1_as_neither_above_nor_below():
+    m = weight_metrics(np.array([1.0, 2.0, 0.5]), [["pass"]] * 3, np.ones(3, bool), np.ones(3, bool))
+    assert m["seal/w_all/share_above_1"] == pytest.approx(1 / 3) and m["seal/w_all/share_below_1"] == pytest.approx(1 / 3)
