@@ -55,6 +55,12 @@ CASES = [
      (call("get_balance", account="zed"), "It is 15.")),
     ("response_mismatch", "response_mismatch", "deposit-then-ask", (DEPOSIT_OK,),
      (call("get_balance", account="alice"), "No idea.")),
+    # a failed call retried with success is recovered: the answer is what fails (mutation testing found no case)
+    ("response_mismatch", "response_mismatch", "deposit-then-ask", (DEPOSIT_OK,),
+     (call("get_balance", account="zed"), call("get_balance", account="alice"), "No idea.")),
+    # a successful call before the failed one does not count as its recovery
+    ("recovery_failure", "response_mismatch", "deposit-then-ask", (DEPOSIT_OK,),
+     (call("get_balance", account="alice"), call("get_balance", account="zed"), "No idea.")),
     ("pass", "pass", "deposit-then-ask", (DEPOSIT_OK,), (call("get_balance", account="alice"), "Alice has 15.")),
     ("empty_turn_model_response", "empty_turn_model_response", "deposit-then-ask", (), ("",)),
     ("spurious_tool_call", "spurious_tool_call", "withheld-transfer", (), (call("deposit", account="bob", amount=3), "Done.")),
@@ -135,3 +141,15 @@ def test_evidence_is_json_serialisable(env):
     info = run_turn(env, "deposit-then-ask", call("set_mode", mode="fast"), "Done.")
     evidence = json.loads(json.dumps(info["diagnosis"]))["evidence"]
     assert evidence["state_matches"] is False and "$.ledger_api:LedgerAPI.mode" in evidence["state_diff"]
+
+
+def test_a_turn_the_sandbox_failed_is_tagged_infrastructure_error():
+    """The tag that keeps the turn out of the weights and profiles; no executed trace: the sandbox must fail."""
+    from seal_envs.diagnosis import CallRecord, TurnEvidence, TurnVerdict, diagnose_turn
+    from seal_envs.task import Turn
+
+    turn = Turn("deposit 5", (ToolCall("deposit", {"account": "alice", "amount": 5}),))
+    records = (CallRecord(0, "ok", ToolCall("deposit", {"account": "alice", "amount": 5})),
+               CallRecord(1, "infrastructure_error", ToolCall("get_balance", {"account": "alice"})))
+    diagnosis = diagnose_turn(TurnEvidence(0, turn, records, "Done.", TurnVerdict(True, True, True)))
+    assert (diagnosis.label.value, diagnosis.tag.value) == ("infrastructure_error", "infrastructure_error")
