@@ -168,3 +168,48 @@ def test_an_original_interface_is_restored_without_publishing(tmp_path):
     restored = ClosedLoop(interface_evolution=False, board=board)
     restored.load(tmp_path / STATE_FILE)
     assert restored.interface.is_original and board.history == []
+
+
+def test_the_loop_profiles_every_posted_training_episode_but_infrastructure_failures():
+    """``observe_posted`` drains what the agent loop posted (labels, tags, reward; infrastructure failures left
+    out) into the window, once: the closed loop's view of a step when dynamic sampling dropped groups."""
+    from seal_envs.interface import FailureProfile
+
+    board = InterfaceBoardImpl()
+    loop = ClosedLoop(board=board)
+    assert loop.observe_posted(epoch=0) is None  # nothing posted: the trainer observes its batch instead
+    posted = [(["state_mismatch"], ["state_mismatch"], 0.0, False), (["pass"], ["pass"], 1.0, False),
+              (["argument_mismatch"], ["state_mismatch"], 0.0, True)]
+    for labels, tags, reward, infra in posted:
+        board.post_rollout({"labels": labels, "tags": tags, "reward": reward, "infrastructure_error": infra})
+    profile, n = loop.observe_posted(epoch=0)
+    assert n == 3 and profile == FailureProfile.from_rollouts([p[:3] for p in posted[:2]])
+    assert loop.profile() == profile and loop.epoch == 0 and loop.observe_posted(epoch=0) is None
+
+
+def test_the_window_is_the_epoch_or_the_last_n_steps():
+    by_epoch = ClosedLoop(board=InterfaceBoardImpl())
+    observe(by_epoch, STEP, epoch=0)
+    observe(by_epoch, only("spurious_tool_call", "spurious_tool_call"), epoch=0)
+    assert len(by_epoch.window) == 2
+    by_epoch.observe([["pass"]], [["pass"]], [1.0])  # no epoch given: the current one goes on
+    assert len(by_epoch.window) == 3 and by_epoch.epoch == 0
+    observe(by_epoch, STEP, epoch=1)
+    assert len(by_epoch.window) == 1 and by_epoch.epoch == 1
+    last_two = ClosedLoop(profile_window=2, board=InterfaceBoardImpl())
+    for epoch in (0, 1, 2):
+        observe(last_two, only("spurious_tool_call", "spurious_tool_call", turns=epoch + 1), epoch=epoch)
+    assert [p.tags["spurious_tool_call"].count for p in last_two.window] == [2, 3]
+
+
+def test_switches_keep_the_original_or_the_first_evolved_interface():
+    off = ClosedLoop(interface_evolution=False, board=InterfaceBoardImpl())
+    assert off.interface.is_original  # no schema cues from the start either
+    observe(off, STEP)
+    assert off.update() == (off.interface, False) and off.interface.is_original
+    once = ClosedLoop(closed_loop_update=False, board=InterfaceBoardImpl())
+    observe(once, STEP)
+    first, changed = once.update()
+    assert changed and once.updates == 1 and once.frozen
+    observe(once, only("spurious_tool_call", "spurious_tool_call"))
+    assert once.update() == (first, False) and once.updates == 1
