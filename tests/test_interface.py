@@ -104,3 +104,45 @@ def test_hints_name_the_violated_constraint():
     assert "required argument 'speed' is missing" in hint and "'speedy' is not accepted" in hint
     parse_hint = render_error_hint(CallRecord(1, "parse_error", error="bad"), ["checkout", "view_cart"], state)
     assert "<tool_call>" in parse_hint and "checkout, view_cart" in parse_hint and "plain text" in parse_hint
+
+
+# Found by mutation testing (benchmarks/mutation.py interface): each test below fails on a one-line break that the
+# tests above let through.
+
+def test_rendering_cues_leaves_the_spec_as_eval_envs_see_it():
+    """Training and eval envs share ToolSpecs: an annotated schema must be a copy, never the spec itself."""
+    original = TOOL.openai_schema()
+    render_tool(TOOL, InterfaceState(schema_cues=True, config=EvolutionConfig(annotate_types=True)))
+    assert TOOL.openai_schema() == original
+
+
+def test_faults_that_are_not_the_agents_stay_out_of_the_profile():
+    profile = FailureProfile.from_rollouts([(["infrastructure_error", "task_error", "state_mismatch"],
+                                             ["infrastructure_error", "gt_error", "state_mismatch"], 0.0)])
+    assert list(profile.labels) == ["state_mismatch"] and list(profile.tags) == ["state_mismatch"]
+
+
+def _profile(tag: str, turns: int, others: int, reward: float) -> FailureProfile:
+    """``turns`` turns tagged ``tag`` in rollouts of ``reward``, and ``others`` response_mismatch turns."""
+    return FailureProfile.from_rollouts([([tag] * turns, [tag] * turns, reward),
+                                         (["response_mismatch"] * others, ["response_mismatch"] * others, 0.0)])
+
+
+@pytest.mark.parametrize("turns, others, reward, qualifies", [
+    (8, 72, 0.0, True),    # share 8/80 = min_share, count = min_count: in
+    (8, 73, 0.0, False),   # share just under 0.10
+    (7, 0, 0.0, False),    # count under min_count
+    (8, 0, 0.6, False),    # mean reward = max_reward: out (< 0.6 is needed)
+])
+def test_a_guideline_needs_share_count_and_reward_at_their_bounds(turns, others, reward, qualifies):
+    state = evolve(InterfaceState(config=EvolutionConfig(max_guidelines=5)), _profile("spurious_tool_call", turns,
+                                                                                      others, reward))
+    assert ("spurious_tool_call" in state.guidelines) == qualifies
+    assert state.config.max_guidelines == 5  # the config carries over to the evolved state
+
+
+def test_guidelines_are_ordered_by_share_times_failure():
+    """spurious: share .6, reward .5 -> .3; instance: share .4, reward 0 -> .4 first (the larger share second)."""
+    profile = FailureProfile.from_rollouts([(["spurious_tool_call"] * 12, ["spurious_tool_call"] * 12, 0.5),
+                                            (["instance_mismatch"] * 8, ["instance_mismatch"] * 8, 0.0)])
+    assert evolve(InterfaceState(), profile).guidelines == ("instance_mismatch", "spurious_tool_call")
