@@ -165,3 +165,18 @@ def test_each_ablation_switches_off_exactly_what_it_names(tmp_path, ablation):
 def test_the_trainer_refuses_a_kl_reward_with_seal_advantages(tmp_path):
     with pytest.raises(ValueError, match="use_kl_loss"):
         trainer_for(tmp_path, "algorithm.use_kl_in_reward=true")
+
+
+def test_the_step_reads_labels_tags_and_flags_from_the_agent_loop(tmp_path):
+    """Labels (ours) and tags (the reference's) are different fields and both reach the closed loop's profile;
+    truncation is counted and a rollout that does not say it failed on infrastructure is valid (found by mutation
+    testing: the step test's labels and tags were the same names)."""
+    trainer = trainer_for(tmp_path)
+    data, extras = step_fields([("a", 1.0, 2, ["pass"], False), ("a", 0.0, 2, ["state_mismatch"], False)])
+    extras[1] = {"seal_labels": json.dumps(["argument_mismatch"]), "seal_tags": json.dumps(["state_mismatch"]),
+                 "seal_truncated": True}
+    metrics: dict[str, float] = {}
+    trainer._seal_advantage(data, extras, metrics)
+    profile = trainer.closed_loop.profile()
+    assert set(profile.labels) == {"pass", "argument_mismatch"} and set(profile.tags) == {"pass", "state_mismatch"}
+    assert metrics["seal/truncated"] == 1.0 and metrics["seal/infrastructure_errors"] == 0.0
