@@ -11,8 +11,9 @@ is harmless anywhere:
   token-out ``generate`` calls (verl itself registers only vllm/sglang/trtllm).
 
 ``activate()`` turns CPU mode on for this process and the Ray workers it starts: ``VERL_PLATFORM=cpu``,
-``VERL_ENGINE_DEVICE=cuda`` (verl's FSDP engine is registered for ``cuda`` only; it runs on CPU tensors
-here), and ``cpu_overrides()`` gives the config changes: FSDP2 with ``attn_implementation=sdpa``, one fake
+``VERL_ENGINE_DEVICE=cpu`` (the CPU platform registers verl's FSDP engines for ``cpu``, the language model's as
+``seal_trainer.shared_prefix.SharedPrefixEngine``: a group's prompt goes forward once, logits only where the loss
+reads them, no compute for zero-advantage rows), and ``cpu_overrides()`` gives the config changes: FSDP2 with ``attn_implementation=sdpa``, one fake
 Ray GPU (``ray_init.num_gpus=1``) so placement groups resolve, the core count (at least 8 slots), one TransferQueue storage
 unit, the ``hf`` rollout, no torch.compile, fp32 weights computing in bf16 where the CPU has bf16 units (else fp32).
 """
@@ -33,7 +34,7 @@ from seal_envs.prefix_cache import DEFAULT_MAX_BYTES
 
 logger = logging.getLogger(__name__)
 
-CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "TOKENIZERS_PARALLELISM": "false",
+CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cpu", "TOKENIZERS_PARALLELISM": "false",
            "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
 
 
@@ -95,7 +96,6 @@ def cpu_overrides(num_cpus: int | None = None) -> list[str]:
         "actor_rollout_ref.ref.use_torch_compile=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.model.use_remove_padding=False",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
     ]
 
 
@@ -202,6 +202,9 @@ def _register_platform() -> None:
             super().__init__()
             _dedup_backend_strings()
             _unpinned_cpu_offload()
+            from seal_trainer import shared_prefix
+
+            shared_prefix.register()
 
         device_name = "cpu"
         vendor_name = "cpu"

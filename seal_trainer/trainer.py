@@ -51,6 +51,7 @@ from seal_trainer.advantage import (
 )
 from seal_trainer.closed_loop import ClosedLoop, interface_summary
 from seal_trainer.config import seal_config_from
+from seal_trainer.shared_prefix import PREFIX_FLAG, SKIP_FLAG
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("SEAL_LOGGING_LEVEL", "INFO"))
@@ -169,6 +170,18 @@ class SealPPOTrainer(PPOTrainerSync):
         self._record(rollouts, weights, rewards, (adv != 0).any(dim=-1).numpy(), uids, metrics)
         return TensorDict({"advantages": response_to_nested(adv, response_mask_nested),
                            "returns": response_to_nested(returns, response_mask_nested)}, batch_size=len(uids))
+
+    # ------------------------------------------------------------------ update
+
+    def _update_actor(self, batch, metrics: dict):
+        """verl's update, telling SEAL's CPU engine (``seal_trainer.shared_prefix``) what it may leave out: a group's
+        repeated prompt (``actor.use_prefix_grouper``) and rows whose gradient is exactly zero (zero advantage under
+        the vanilla policy loss, with no KL loss and no entropy term). verl's GPU engines ignore both keys."""
+        actor = self.config.actor_rollout_ref.actor
+        exact_zero = (actor.policy_loss.get("loss_mode", "vanilla") == "vanilla" and not actor.use_kl_loss
+                      and actor.entropy_coeff == 0 and not actor.get("calculate_entropy", False))
+        batch.extra_info.update({PREFIX_FLAG: bool(actor.get(PREFIX_FLAG, False)), SKIP_FLAG: exact_zero})
+        return super()._update_actor(batch, metrics)
 
     def _record(self, rollouts: Rollouts, weights, rewards, carries_gradient, uids, metrics: dict) -> None:
         valid = ~rollouts.infra
