@@ -123,6 +123,30 @@ def test_concurrent_requests_are_decoded_together(tiny):
     assert queue.generate(PROMPTS[0], 4).tokens == got[0].tokens[:4]
 
 
+def test_a_request_arriving_mid_batch_joins_it_and_is_answered_when_it_ends(tiny):
+    """Continuous batching: a short message does not wait for a long one decoding beside it (the next turn of a
+    multi-turn episode), and joining the running batch changes no request's tokens."""
+    import time
+
+    from seal_envs.evaluation.batch_generate import GenerationQueue
+
+    _, generator = load_generator(tiny)
+    long_alone, = generator.generate([PROMPTS[0]], [400], Sampling())  # past the 256 tokens of room: grows once
+    short_alone, = generator.generate([PROMPTS[1]], [3], Sampling())
+    generator.clear()
+    assert not long_alone.finished and len(long_alone.tokens) == 400
+    queue = GenerationQueue(generator, join_s=0.0)
+    before, joins = generator.generated_tokens, generator.joins
+    long = queue.submit(PROMPTS[0], 400)
+    while generator.generated_tokens < before + 5:
+        time.sleep(0.001)
+    short = queue.submit(PROMPTS[1], 3)
+    assert short.result(timeout=120).tokens == short_alone.tokens
+    assert not long.done()  # answered while the long one still decodes
+    assert long.result(timeout=120).tokens == long_alone.tokens
+    assert generator.joins == joins + 2 and queue.batches == 2 and generator.running == 0
+
+
 def test_the_prefix_cache_is_bounded_by_bytes_and_shares_without_copying():
     import torch
     from seal_envs.prefix_cache import PrefixCache, cache_of

@@ -11,14 +11,16 @@ the ~1.6k-token tool prompt at every assistant message dominated the time. ``Bat
    own previous sequence), without computing logits over the vocabulary for the prefilled positions;
 2. stitches those per-prompt caches, left-padded, into one batched cache with room for the tokens to come
    (appending a token writes in place, where ``DynamicCache`` would copy the whole cache at every step) and
-   decodes all prompts together; finished rows leave the batch once half of it is done (each removal copies the
-   rest of the cache);
+   decodes all rows together as a continuous batch: a row that ends is answered at once, and requests that
+   arrive meanwhile join the running batch (multi-turn episodes no longer wait, turn after turn, for the
+   longest message of their batch); ended rows are dropped when joiners arrive or half of the batch has ended
+   (each such change copies the running rows' cache once);
 3. samples each row with its own ``torch.Generator`` seeded per request, so what a request generates does not
    depend on which other requests shared its batch (same seed, same tokens: reproducible rollouts);
 4. stores each row's keys/values for the next request of its conversation.
 
 ``GenerationQueue`` is the front end for concurrent callers (the rollout server's coroutines, ``seal-eval``'s
-worker threads): requests that arrive together are decoded together.
+worker threads).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from seal_envs.formats import DEFAULT_TOOL_FORMAT
@@ -71,12 +73,13 @@ def _reserved_layer_class():
             import torch
 
             end = self.length + key_states.shape[-2]
-            if end > self.buffer[0].shape[-2]:  # out of room: grow as DynamicLayer does
-                self.buffer = tuple(torch.cat([b[:, :, :self.length], s], dim=-2)
-                                    for b, s in zip(self.buffer, (key_states, value_states)))
-            else:
-                self.buffer[0][:, :, self.length:end] = key_states
-                self.buffer[1][:, :, self.length:end] = value_states
+            if end > self.buffer[0].shape[-2]:  # out of room: one copy into a buffer with room for more
+                grown = tuple(b.new_empty((*b.shape[:2], end + BatchGenerator.GROW, b.shape[-1])) for b in self.buffer)
+                for old, new in zip(self.buffer, grown):
+                    new[:, :, :self.length] = old[:, :, :self.length]
+                self.buffer = grown
+            self.buffer[0][:, :, self.length:end] = key_states
+            self.buffer[1][:, :, self.length:end] = value_states
             self.length = end
             self._views()
             return self.keys, self.values
@@ -168,20 +171,53 @@ def _pick(logits, sampling: Sampling, generators: Sequence[Any]):
     return tokens, logp.gather(1, tokens[:, None])[:, 0]
 
 
+@dataclass(eq=False)
+class _Row:
+    """One request of the running batch: its prompt, what it generated so far, and whom to tell when it ends."""
+
+    prompt: list[int]
+    limit: int
+    sampling: Sampling
+    generator: Any  # torch.Generator
+    done: Callable[[Generation | BaseException], None]
+    new: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    over: bool = False
+
+    @property
+    def sequence(self) -> list[int]:
+        return self.prompt + self.new
+
+
 class BatchGenerator:
     """Continue many token prompts together, reusing keys/values of earlier requests (see module docstring).
 
-    ``cache_bytes`` bounds the stored keys/values (least recently used go first); size it to hold the
-    conversations played at once, or each request re-prefills its conversation. Not thread-safe: concurrent
-    callers go through ``GenerationQueue``.
+    A continuous batch: ``admit`` queues a request, ``step`` decodes one token for every running row, first
+    letting the queued requests join; a row that ends leaves at once (its caller is told), so a short answer never
+    waits for the longest one in its batch. ``generate`` is the one-call form. ``cache_bytes`` bounds the stored
+    keys/values (least recently used go first); size it to hold the conversations played at once, or each request
+    re-prefills its conversation. Not thread-safe: concurrent callers go through ``GenerationQueue``.
     """
+
+    GROW = 256  # tokens of room added when a row outgrows the batch's key/value buffer
 
     def __init__(self, model, eos_ids: Sequence[int], pad_id: int, cache_bytes: int = DEFAULT_MAX_BYTES):
         self.model = model
         self.eos_ids = [int(i) for i in eos_ids]
         self.pad_id = int(pad_id)
         self.cache = PrefixCache(max_bytes=cache_bytes)
-        self.prefill_tokens = self.reused_tokens = self.generated_tokens = 0
+        self.prefill_tokens = self.reused_tokens = self.generated_tokens = self.joins = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._rows: list[_Row] = []
+        self._joining: list[tuple[_Row, Any]] = []
+        self._batch = self._mask = self._positions = self._tokens = None
+
+    @property
+    def running(self) -> int:
+        """Requests admitted and not yet ended."""
+        return len(self._joining) + sum(not r.over for r in self._rows)
 
     def _prefilled(self, prompt: list[int]):
         """A batch-1 cache holding the keys/values of ``prompt[:-1]`` (the last token is fed by the decode)."""
@@ -198,85 +234,122 @@ class BatchGenerator:
             self.cache.store(prompt[:-1], cache)
         return cache
 
-    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int], sampling: Sampling,
-                 step: int = 0, seeds: Sequence[int | None] | None = None) -> list[Generation]:
-        """Continue every prompt (at least 2 tokens each) by at most its ``max_new_tokens``.
+    def admit(self, prompt: Sequence[int], max_new_tokens: int, sampling: Sampling, seed: int,
+              done: Callable[[Generation | BaseException], None]) -> None:
+        """Queue one request (at least 2 tokens): what the prefix cache lacks of its prompt is prefilled now, and it
+        joins the batch at the next ``step``. ``done`` gets its ``Generation``, or the exception that ended it."""
+        import torch
 
-        Row ``i`` samples with ``seeds[i]`` where given, else with a seed from ``sampling.seed``, ``step`` and ``i``.
-        """
+        prompt = list(prompt)
+        if len(prompt) < 2:
+            raise ValueError("each prompt needs at least 2 tokens")
+        row = _Row(prompt, max(1, int(max_new_tokens)), sampling,
+                   torch.Generator(self.model.device).manual_seed(int(seed)), done)
+        self._joining.append((row, self._prefilled(prompt)))
+
+    def step(self) -> None:
+        """Decode one token for every running row (the queued requests join first); rows that end call ``done``."""
+        import torch
+
+        if self._joining or 2 * sum(r.over for r in self._rows) >= max(len(self._rows), 1):
+            self._rebuild()
+        if not self._rows:
+            return
+        with torch.no_grad():
+            logits = self.model(input_ids=self._tokens, attention_mask=self._mask, position_ids=self._positions,
+                                past_key_values=self._batch, use_cache=True).logits[:, -1, :].float()
+        picked = [self.pad_id] * len(self._rows)
+        groups: dict[tuple, list[int]] = {}
+        for b, row in enumerate(self._rows):
+            if not row.over:
+                groups.setdefault(row.sampling.batch_key(), []).append(b)
+        for members in groups.values():
+            index = torch.tensor(members, dtype=torch.long, device=logits.device)
+            tokens, lps = _pick(logits.index_select(0, index), self._rows[members[0]].sampling,
+                                [self._rows[b].generator for b in members])
+            for b, token, lp in zip(members, tokens.tolist(), lps.tolist()):
+                row, picked[b] = self._rows[b], token
+                row.new.append(token)
+                row.logprobs.append(lp if lp == lp and lp != float("-inf") else -1e4)
+                self.generated_tokens += 1
+                if token in self.eos_ids or len(row.new) >= row.limit:
+                    row.over = True
+                    self._store_row(b, row)
+                    row.done(Generation(row.new, token in self.eos_ids, row.logprobs))
+        if all(r.over for r in self._rows) and not self._joining:
+            self._reset()
+            return
+        self._tokens = torch.tensor(picked, dtype=torch.long, device=self._mask.device)[:, None]
+        self._mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=1)
+        self._positions = self._positions + 1
+
+    def _rebuild(self) -> None:
+        """One copy of the running rows' keys/values (ended rows left out, joining rows added), left-padded to the
+        longest, with room for the tokens to come."""
         import torch
         from transformers import DynamicCache
 
+        sources: list[tuple[_Row, list]] = []
+        for b, row in enumerate(self._rows):
+            if not row.over:
+                n = len(row.sequence) - 1
+                sources.append((row, [(layer.keys[b:b + 1, :, -n:], layer.values[b:b + 1, :, -n:])
+                                      for layer in self._batch.layers]))
+        sources += [(row, [(layer.keys, layer.values) for layer in cache.layers]) for row, cache in self._joining]
+        self.joins += bool(self._joining)
+        self._reset()
+        if not sources:
+            return
+        rows = [row for row, _ in sources]
+        reserve = min(self.GROW, max(row.limit - len(row.new) for row in rows))
+        batch = DynamicCache()
+        batch.layers = [_reserved_layer([layers[i][0] for _, layers in sources], [layers[i][1] for _, layers in sources],
+                                        reserve)
+                        for i in range(len(sources[0][1]))]
+        width = batch.layers[0].length
+        device = self.model.device
+        self._rows, self._batch = rows, batch
+        self._mask = torch.tensor([[0] * (width + 1 - len(r.sequence)) + [1] * len(r.sequence) for r in rows],
+                                  dtype=torch.long, device=device)
+        self._positions = torch.tensor([[len(r.sequence) - 1] for r in rows], dtype=torch.long, device=device)
+        self._tokens = torch.tensor([[r.sequence[-1]] for r in rows], dtype=torch.long, device=device)
+
+    def abort(self, error: BaseException) -> None:
+        """End every admitted request with ``error`` (the model failed mid-batch) and empty the batch."""
+        rows = [row for row in self._rows if not row.over] + [row for row, _ in self._joining]
+        self._reset()
+        for row in rows:
+            row.done(error)
+
+    def generate(self, prompts: Sequence[list[int]], max_new_tokens: Sequence[int], sampling: Sampling,
+                 step: int = 0, seeds: Sequence[int | None] | None = None) -> list[Generation]:
+        """Continue every prompt (at least 2 tokens each) by at most its ``max_new_tokens``, together.
+
+        Row ``i`` samples with ``seeds[i]`` where given, else with a seed from ``sampling.seed``, ``step`` and ``i``.
+        """
         prompts = [list(p) for p in prompts]
         if any(len(p) < 2 for p in prompts):
             raise ValueError("each prompt needs at least 2 tokens")
-        if not prompts:
-            return []
-        limits = [max(1, int(n)) for n in max_new_tokens]
+        if self.running:
+            raise RuntimeError("generate() while admitted requests are running: use one front end per generator")
         seeds = list(seeds) if seeds is not None else [None] * len(prompts)
-        generators = [torch.Generator(self.model.device).manual_seed(s if s is not None else row_seed(sampling.seed, step, i))
-                      for i, s in enumerate(seeds)]
-        distinct = {tuple(p): None for p in prompts}
-        caches = {key: self._prefilled(list(key)) for key in distinct}
-        width = max(len(p) for p in prompts)
-        pads = [width - len(p) for p in prompts]
-        rows = [caches[tuple(p)] for p in prompts]
-        cache = DynamicCache()
-        cache.layers = [_reserved_layer([r.layers[i].keys for r in rows], [r.layers[i].values for r in rows],
-                                        max(limits))
-                        for i in range(len(rows[0].layers))]
-        del caches, rows
-        mask = torch.tensor([[0] * n + [1] * len(p) for n, p in zip(pads, prompts)], dtype=torch.long,
-                            device=self.model.device)
-        with torch.no_grad():
-            return self._decode(prompts, pads, limits, mask, cache, sampling, generators)
+        results: list[Generation | BaseException | None] = [None] * len(prompts)
+        try:
+            for i, (prompt, limit, seed) in enumerate(zip(prompts, max_new_tokens, seeds)):
+                self.admit(prompt, limit, sampling, seed if seed is not None else row_seed(sampling.seed, step, i),
+                           functools.partial(results.__setitem__, i))
+            while self.running:
+                self.step()
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+        return results  # type: ignore[return-value]
 
-    def _decode(self, prompts, pads, limits, mask, cache, sampling, generators) -> list[Generation]:
-        import torch
-
-        eos = set(self.eos_ids)
-        new: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        finished = [False] * len(prompts)
-        rows = list(range(len(prompts)))  # the request of each batch row
-        active = [True] * len(rows)  # rows that finish stay in the batch (fed padding) until half the batch is done
-        tokens = torch.tensor([[p[-1]] for p in prompts], dtype=torch.long, device=mask.device)
-        positions = mask.sum(dim=1, keepdim=True) - 1
-        while any(active):
-            logits = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True).logits[:, -1, :].float()
-            picked, picked_lp = _pick(logits, sampling, [generators[r] for r in rows])
-            picked = picked.tolist()
-            for b, (r, lp) in enumerate(zip(rows, picked_lp.tolist())):
-                if not active[b]:
-                    picked[b] = self.pad_id
-                    continue
-                new[r].append(picked[b])
-                logprobs[r].append(lp if lp == lp and lp != float("-inf") else -1e4)
-                finished[r] = picked[b] in eos
-                if finished[r] or len(new[r]) >= limits[r]:
-                    self._store_row(cache, b, pads[r], prompts[r] + new[r])
-                    active[b] = False
-            if not any(active):
-                break
-            if 2 * active.count(False) >= len(active):  # drop the finished rows: one copy of the rest
-                keep = [b for b, on in enumerate(active) if on]
-                index = torch.tensor(keep, dtype=torch.long, device=mask.device)
-                for layer in cache.layers:
-                    layer.select_rows(index)
-                rows, active, picked = [rows[b] for b in keep], [True] * len(keep), [picked[b] for b in keep]
-                mask, positions = mask[index], positions[index]
-            tokens = torch.tensor(picked, dtype=torch.long, device=mask.device)[:, None]
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            positions = positions + 1
-        self.generated_tokens += sum(len(n) for n in new)
-        return [Generation(n, f, lp) for n, f, lp in zip(new, finished, logprobs)]
-
-    def _store_row(self, cache, row: int, pad: int, sequence: list[int]) -> None:
+    def _store_row(self, b: int, row: _Row) -> None:
         """Keep the keys/values of one row's real tokens (its padding left out) for its conversation's next turn."""
-        layers = [(layer.keys[row:row + 1, :, pad:].clone(), layer.values[row:row + 1, :, pad:].clone())
-                  for layer in cache.layers]
-        self.cache.store(sequence, cache_of(layers))
+        n = len(row.sequence) - 1
+        self.cache.store(row.sequence, cache_of([(layer.keys[b:b + 1, :, -n:].clone(), layer.values[b:b + 1, :, -n:].clone())
+                                                for layer in self._batch.layers]))
 
     def clear(self) -> None:
         """Forget stored keys/values (after a weight update they belong to the old weights)."""
@@ -288,22 +361,37 @@ class _Request:
     prompt: list[int]
     max_new_tokens: int
     sampling: Sampling
-    seed: int | None
+    seed: int
     future: Future
+    arrived: float = field(default_factory=time.monotonic)
+
+    def finish(self, result: Generation | BaseException) -> None:
+        from concurrent.futures import InvalidStateError
+
+        try:  # a caller that gave up (cancelled) must not end the batch
+            if isinstance(result, BaseException):
+                self.future.set_exception(result)
+            else:
+                self.future.set_result(result)
+        except InvalidStateError:
+            pass
 
 
 class GenerationQueue:
-    """Thread-safe front end of a ``BatchGenerator``: requests that arrive together are decoded together.
+    """Thread-safe front end of a ``BatchGenerator``: concurrent requests are decoded together.
 
-    ``submit`` returns a ``concurrent.futures.Future`` (``asyncio.wrap_future`` it in a coroutine). One worker
-    thread takes every pending request once ``gather_s`` passed without a new one (at most ``max_wait_s`` after
-    the first), and decodes them in one batch per sampling setting. ``lock`` is held while decoding: take it
-    to change the model's weights between batches.
+    ``submit`` returns a ``concurrent.futures.Future`` (``asyncio.wrap_future`` it in a coroutine), resolved as
+    soon as its row ends. One worker thread runs the continuous batch: when it is idle it gathers the requests
+    that arrive together (``gather_s`` without a new one, at most ``max_wait_s`` after the first); while it
+    decodes, waiting requests join once they are a quarter of the running rows or have waited ``join_s`` (each
+    join copies the batch's keys/values once). ``lock`` is held while decoding a token: take it to change the
+    model's weights between requests.
     """
 
-    def __init__(self, generator: BatchGenerator, gather_s: float = 0.02, max_wait_s: float = 0.2):
+    def __init__(self, generator: BatchGenerator, gather_s: float = 0.02, max_wait_s: float = 0.2,
+                 join_s: float = 0.5):
         self.generator = generator
-        self.gather_s, self.max_wait_s = gather_s, max_wait_s
+        self.gather_s, self.max_wait_s, self.join_s = gather_s, max_wait_s, join_s
         self.lock = threading.RLock()
         self._pending: list[_Request] = []
         self._arrived = threading.Condition()
@@ -319,7 +407,7 @@ class GenerationQueue:
             if seed is None:
                 seed = row_seed(sampling.seed, self._submitted)
             self._submitted += 1
-            self._pending.append(_Request(list(prompt), int(max_new_tokens), sampling, seed, future))
+            self._pending.append(_Request(list(prompt), int(max_new_tokens), sampling, int(seed), future))
             self._arrived.notify()
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._serve, name="seal-generation", daemon=True)
@@ -331,42 +419,45 @@ class GenerationQueue:
         """``submit`` and wait (for threads)."""
         return self.submit(prompt, max_new_tokens, sampling, seed).result()
 
-    def _take(self) -> list[_Request]:
+    def _take(self, running: int) -> list[_Request]:
         with self._arrived:
-            while not self._pending:
-                self._arrived.wait()
-            first = time.monotonic()
-            while True:
-                seen = len(self._pending)
-                remaining = first + self.max_wait_s - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._arrived.wait(timeout=min(self.gather_s, remaining))
-                if len(self._pending) == seen:
-                    break
+            if running:
+                if not self._pending or (4 * len(self._pending) < running
+                                         and time.monotonic() - self._pending[0].arrived < self.join_s):
+                    return []
+            else:
+                while not self._pending:
+                    self._arrived.wait()
+                first = time.monotonic()
+                while True:
+                    seen = len(self._pending)
+                    remaining = first + self.max_wait_s - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._arrived.wait(timeout=min(self.gather_s, remaining))
+                    if len(self._pending) == seen:
+                        break
             taken, self._pending = self._pending, []
             return taken
 
     def _serve(self) -> None:
+        generator = self.generator
         while True:
-            taken = self._take()
-            groups: dict[tuple, list[_Request]] = {}
-            for request in taken:
-                groups.setdefault(request.sampling.batch_key(), []).append(request)
-            for group in groups.values():
-                try:
-                    with self.lock:
-                        results = self.generator.generate([r.prompt for r in group],
-                                                          [r.max_new_tokens for r in group], group[0].sampling,
-                                                          seeds=[r.seed for r in group])
-                    self.batches += 1
-                    self.requests += len(group)
-                except BaseException as exc:  # the callers see the error; the worker serves the next batch
-                    for request in group:
+            taken = self._take(generator.running)
+            with self.lock:
+                for request in taken:
+                    try:  # a bad request fails its caller, not the batch
+                        generator.admit(request.prompt, request.max_new_tokens, request.sampling, request.seed,
+                                        request.finish)
+                    except Exception as exc:
                         request.future.set_exception(exc)
-                    continue
-                for request, result in zip(group, results):
-                    request.future.set_result(result)
+                        continue
+                    self.requests += 1
+                self.batches += bool(taken)
+                try:
+                    generator.step()
+                except BaseException as exc:  # the callers see the error; the worker serves the next requests
+                    generator.abort(exc)
 
 
 def cpu_has_bf16_units() -> bool:
