@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-resolved", type=Path, help=argparse.SUPPRESS)  # the child: train from a resolved yaml
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
     args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP; why: seal_trainer.cpu.CPU_ENV
     if args.run_resolved:
         from omegaconf import OmegaConf
 

@@ -34,8 +34,12 @@ from seal_envs.prefix_cache import DEFAULT_MAX_BYTES
 
 logger = logging.getLogger(__name__)
 
+# OMP_WAIT_POLICY=PASSIVE: an OpenMP thread that reaches a barrier sleeps instead of spinning. The run's processes
+# (rollout server, actor, agent loops, tools) share a few cores; a spinning thread holds the core its partner
+# needs, which then finishes its share only at the next time slice: a 16 x 576 x 1536 matmul beside one busy
+# process took 15 ms with spinning threads and 0.6 ms with passive ones (benchmarks/README.md, "OpenMP waiting").
 CPU_ENV = {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cpu", "TOKENIZERS_PARALLELISM": "false",
-           "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+           "RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": str(os.cpu_count() or 1), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 RAY_MIN_CPU_SLOTS = 8
