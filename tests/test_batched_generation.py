@@ -1,6 +1,6 @@
 """The shared batched generator: a batch generates what each request generates alone (greedy and seeded), greedy
 equals transformers' ``generate``, concurrent requests share batches, the prefix cache is bounded by bytes;
-lockstep episodes equal one-at-a-time episodes; the mechanism benchmark's arms evolve from the original profile."""
+episodes played in one continuous batch equal one-at-a-time episodes; the mechanism benchmark's arms evolve from the original profile."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Play many ``ToolUseEnv`` episodes in lockstep with one Hugging Face model, one batched ``generate`` per round.
+"""Play many ``ToolUseEnv`` episodes at once with one Hugging Face model, in one continuous batch.
 
-Each round renders the prompt of every live episode (its chat template with ``tools=info["tools"]``), continues
-all of them in one ``BatchGenerator.generate`` call and steps each env with its text. A finished episode's env
-takes the next queued episode at once, so the batch stays full. The budgets are the trainer's agent loop's
+Every live episode's next message is a row of the generator's running batch (``BatchGenerator.admit``/``step``):
+when a message ends, its env is stepped at once and the episode's next prompt (its chat template with
+``tools=info["tools"]``) joins the batch, so no episode waits for the longest message of the others; a finished
+episode's env takes the next queued episode, so the batch stays full. The budgets are the trainer's agent loop's
 (``seal_trainer.agent_loop``): a response budget of tokens after the first prompt (``rollout.response_length``)
 and a cap on assistant messages (``seal.max_assistant_turns``); an episode that exhausts either, or a message
 that stops at its token cap, ends truncated with reward 0, as it does in training.
@@ -75,54 +76,62 @@ def play_episodes(make_env: Callable[[], ToolUseEnv], jobs: Sequence[Job], token
     """Play ``jobs`` with at most ``batch_size`` episodes at once; outcomes come back in ``jobs`` order.
 
     ``make_env`` builds an env (its interface decides the arm); envs are reused across episodes and closed at
-    the end. ``progress``: an object with ``update(n)`` (e.g. tqdm), advanced per finished episode.
+    the end. ``progress``: an object with ``update(n)`` (e.g. tqdm), advanced per finished episode. A message's
+    tokens depend only on its prompt and its seed (``row_seed(sampling.seed, job index, message index)``), not on
+    what shares its batch.
     """
     queue = deque(enumerate(jobs))
     outcomes: list[Outcome | None] = [None] * len(jobs)
-    live: list[tuple[int, _Live]] = []
     idle: list[ToolUseEnv] = []
     envs: list[ToolUseEnv] = []
+    ended: list[tuple[int, _Live, Any]] = []  # messages the last decode step finished
+    live = 0
 
     def finish(index: int, episode: _Live) -> None:
+        nonlocal live
+        live -= 1
         outcomes[index] = episode.outcome
         idle.append(episode.env)
         if progress is not None:
             progress.update(1)
 
+    def next_message(index: int, episode: _Live) -> None:
+        ids = chat_prompt_ids(tokenizer, episode.messages, episode.tools)
+        budget = limits.response_budget - (len(ids) - episode.first_prompt)
+        if budget <= 0 or len(episode.outcome.actions) >= limits.max_assistant_turns:
+            _truncate(episode)
+            finish(index, episode)
+            return
+        seed = row_seed(sampling.seed, index, len(episode.outcome.actions))
+        generator.admit(ids, min(budget, limits.max_new_tokens or budget), sampling, seed,
+                        lambda generation: ended.append((index, episode, generation)))
+
     try:
         while queue or live:
-            while queue and len(live) < batch_size:
+            while queue and live < batch_size:
                 index, job = queue.popleft()
                 if not idle:
                     envs.append(make_env())
                     idle.append(envs[-1])
                 episode = _start(idle.pop(), job, tokenizer)
-                if episode.outcome is not None and (episode.outcome.task_error or episode.outcome.infrastructure_error):
+                live += 1
+                if episode.outcome.task_error or episode.outcome.infrastructure_error:
                     finish(index, episode)
                 else:
-                    live.append((index, episode))
-            prompts, budgets, playing = [], [], []
-            for index, episode in live:
-                ids = chat_prompt_ids(tokenizer, episode.messages, episode.tools)
-                budget = limits.response_budget - (len(ids) - episode.first_prompt)
-                if budget <= 0 or len(episode.outcome.actions) >= limits.max_assistant_turns:
-                    _truncate(episode)
-                    finish(index, episode)
-                    continue
-                prompts.append(ids)
-                budgets.append(min(budget, limits.max_new_tokens or budget))
-                playing.append((index, episode))
-            live = []
-            if not playing:
-                continue
-            seeds = [row_seed(sampling.seed, index, len(episode.outcome.actions)) for index, episode in playing]
-            generations = generator.generate(prompts, budgets, sampling, seeds=seeds)
-            for (index, episode), generation in zip(playing, generations):
+                    next_message(index, episode)
+            generator.step()
+            for index, episode, generation in ended:
+                if isinstance(generation, BaseException):
+                    raise generation
                 text = tokenizer.decode(generation.tokens, skip_special_tokens=True)
                 if _step(episode, text, generation.finished or not limits.end_on_cap):
                     finish(index, episode)
                 else:
-                    live.append((index, episode))
+                    next_message(index, episode)
+            ended.clear()
+    except BaseException as exc:
+        generator.abort(exc)
+        raise
     finally:
         for env in envs:
             env.close()
