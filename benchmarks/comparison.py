@@ -119,12 +119,13 @@ def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
     """The held-out evaluation of one policy, cached at ``cache`` (a restarted script does not redo it)."""
     if cache.exists():
         return json.loads(cache.read_text())
-    from seal_envs.evaluation.batched import Limits
+    from dataclasses import replace
+
     from seal_envs.evaluation.heldout import HeldoutSettings, evaluate_model, evaluation_sets, format_result
 
     sets = {name: tasks[: args.eval_tasks] for name, tasks in evaluation_sets("shop").items()}
     settings = HeldoutSettings(samples=args.eval_samples, temperature=args.temperature, seed=0,
-                               limits=Limits(args.response_budget, 8))
+                               limits=replace(HeldoutSettings().limits, response_budget=args.response_budget))
     result = evaluate_model(policy, sets, settings)
     print(f"[comparison] {policy}:\n{format_result(result)}", flush=True)
     cache.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,7 @@ def training_settings(path: Path = CONFIG) -> dict:
     return {"temperature": float(rollout["temperature"]), "top_p": float(rollout.get("top_p", 1.0)),
             "max_steps_per_turn": int(cfg["seal"]["env"]["max_steps_per_turn"]),
             "max_assistant_turns": int(cfg["seal"]["max_assistant_turns"]),
+            "max_message_tokens": int(cfg["seal"].get("max_message_tokens") or 0) or None,
             "response_budget": int(cfg["data"]["max_response_length"]),
             "warm_start": dict(cfg["seal"]["warm_start"])}
 
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float, default=train["top_p"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16, help="episodes generated together (memory)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="cap per message (default: the budget)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="cap per message (default: seal.max_message_tokens)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "mechanism.json"))
     args = parser.parse_args(argv)
@@ -176,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks = list(load_domain("shop").split_tasks("train"))[: args.tasks]
     jobs = [Job(t.id, s) for t in tasks for s in range(args.samples)]
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
-    limits = Limits(train["response_budget"], train["max_assistant_turns"], args.max_new_tokens)
+    limits = Limits(train["response_budget"], train["max_assistant_turns"],
+                    args.max_new_tokens or train["max_message_tokens"])
     print(f"model {model}\n{len(tasks)} tasks x {args.samples} samples, T={args.temperature}, top_p={args.top_p}, "
           f"batch {args.batch_size}, arms {', '.join(arms)}", flush=True)
 

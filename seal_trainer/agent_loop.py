@@ -111,6 +111,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
         self.env_defaults = seal.env_defaults()
         self.pool_size = int(seal.env_pool_size or 0) or None
         self.max_assistant_turns = int(seal.max_assistant_turns or 0) or None
+        self.max_message_tokens = int(seal.max_message_tokens or 0) or None
         self.response_length = int(self.rollout_config.response_length)
         ensure_tool_template(self.tokenizer, str(self.config.actor_rollout_ref.model.path), self.tool_format)
 
@@ -169,7 +170,7 @@ class SealToolEnvAgentLoop(AgentLoopBase):
             if budget <= 0 or (self.max_assistant_turns and assistant_turns >= self.max_assistant_turns):
                 truncated = True
                 break
-            params = {**sampling_params, "max_tokens": budget}
+            params = {**sampling_params, "max_tokens": min(budget, self.max_message_tokens or budget)}
             if sample_seed is not None:
                 params["seed"] = row_seed(sample_seed, assistant_turns)
             timing: dict[str, float] = {}

@@ -81,6 +81,7 @@ class SealConfig:
     env: EnvDefaults = field(default_factory=EnvDefaults)
     env_pool_size: int = 64
     max_assistant_turns: int = 0  # 0: only the env's caps and the response budget stop an episode
+    max_message_tokens: int = 0  # tokens per assistant message; one cut there ends the episode (0: the budget)
     profile_window: int = 0  # failure profile over the current epoch's rollouts (0, the reference) or the last N steps
     log_path: str | None = None  # JSONL per step; default <trainer.default_local_dir>/seal_steps.jsonl
     print_steps: bool = True

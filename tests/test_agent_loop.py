@@ -100,3 +100,39 @@ def test_a_training_row_adopts_the_published_interface_and_an_eval_row_does_not(
     assert "[required]" in train_prompt
     assert evaluated.extra_fields["seal_interface_version"] == 0 and SCHEMA_INSTRUCTION not in eval_prompt
     assert "[required]" not in eval_prompt
+
+
+class LoopingServer:
+    """A policy whose every message runs to its token cap (a looping text): answers ``max_tokens`` tokens, stop
+    reason ``length``, as the rollout server does. Keeps the sampling parameters it was given."""
+
+    def __init__(self):
+        self.params: list[dict] = []
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict) -> TokenOutput:
+        self.params.append(dict(sampling_params))
+        return TokenOutput(token_ids=[42] * int(sampling_params["max_tokens"]), stop_reason="length")
+
+
+@pytest.mark.parametrize("cap", [256, 0])
+def test_a_message_stops_at_seal_max_message_tokens_and_ends_the_episode(smollm2_folder, cap):
+    """``seal.max_message_tokens`` caps each message below the response budget (a looping message would otherwise
+    hold its step for the whole budget); a message cut at the cap ends the episode truncated, reward 0."""
+    from transformers import AutoTokenizer
+
+    cfg = compose(overrides=[f"actor_rollout_ref.model.path={smollm2_folder}", "seal.env.sandbox=inprocess",
+                             f"seal.max_message_tokens={cap}"], cpu=True)
+    server = LoopingServer()
+    (row,) = task_rows([_task()], domain="shop", mode="train", sandbox="inprocess")
+
+    async def run():
+        loop = SealToolEnvAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server,
+                                    tokenizer=AutoTokenizer.from_pretrained(smollm2_folder), processor=None,
+                                    dataset_cls=None, data_config=DictConfigWrap(cfg.data))
+        return await loop.run({"temperature": 1.0}, raw_prompt=row["prompt"], **row)
+
+    out = asyncio.run(run())
+    budget = int(cfg.data.max_response_length)
+    assert [p["max_tokens"] for p in server.params] == [cap or budget]
+    assert out.reward_score == 0.0 and out.extra_fields["seal_truncated"] is True
+    assert sum(out.response_mask) == (cap or budget)

@@ -31,7 +31,7 @@ MODES = ("greedy", "sampled")
 @dataclass(frozen=True)
 class HeldoutSettings:
     """How each task is played. The defaults are seal-train's CPU config (``seal_trainer/config/seal_cpu.yaml``):
-    temperature 0.7, step cap 4, response budget 1024 tokens, 8 assistant messages."""
+    temperature 0.7, step cap 4, response budget 1024 tokens, 8 assistant messages of at most 256 tokens."""
 
     samples: int = 4  # k sampled episodes per task at ``temperature`` (0: greedy only)
     temperature: float = 0.7
@@ -39,7 +39,8 @@ class HeldoutSettings:
     seed: int = 0
     batch_size: int = 16
     max_steps_per_turn: int = 4
-    limits: Limits = field(default_factory=lambda: Limits(response_budget=1024, max_assistant_turns=8))
+    limits: Limits = field(default_factory=lambda: Limits(response_budget=1024, max_assistant_turns=8,
+                                                          max_new_tokens=256))
     tool_format: str = DEFAULT_TOOL_FORMAT
 
 
