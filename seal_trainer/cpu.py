@@ -355,6 +355,7 @@ class HFRolloutServerImpl:
             self.generator.clear()
         if global_steps is not None:
             self.global_steps = global_steps
+        print(f"rollout server (totals at policy version {self.global_steps}): {self.stats()}", flush=True)  # train.log
         return len(loaded)
 
     # Control methods the replica/checkpoint manager call; nothing to do for an in-memory HF model.
@@ -372,7 +373,8 @@ class HFRolloutServerImpl:
         gen = self.generator
         return {"calls": self.calls, "global_steps": self.global_steps, "prefill_tokens": gen.prefill_tokens,
                 "reused_tokens": gen.reused_tokens, "generated_tokens": gen.generated_tokens,
-                "batches": self.queue.batches, "cache_bytes": gen.cache.nbytes}
+                "batches": self.queue.batches, "cache_bytes": gen.cache.nbytes, "decode_steps": gen.decode_steps,
+                "joins": gen.joins, **{f"{k}_s": round(v, 1) for k, v in gen.seconds.items()}}
 
 
 def _register_rollout() -> None:

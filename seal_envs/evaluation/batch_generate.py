@@ -206,7 +206,8 @@ class BatchGenerator:
         self.eos_ids = [int(i) for i in eos_ids]
         self.pad_id = int(pad_id)
         self.cache = PrefixCache(max_bytes=cache_bytes)
-        self.prefill_tokens = self.reused_tokens = self.generated_tokens = self.joins = 0
+        self.prefill_tokens = self.reused_tokens = self.generated_tokens = self.joins = self.decode_steps = 0
+        self.seconds = {"prefill": 0.0, "decode": 0.0, "join": 0.0}  # where the generator's time went
         self._reset()
 
     def _reset(self) -> None:
@@ -228,9 +229,11 @@ class BatchGenerator:
         if reused < len(prompt) - 1:
             rest = torch.tensor([prompt[reused:-1]], dtype=torch.long, device=self.model.device)
             self.prefill_tokens += rest.shape[1]
+            t0 = time.perf_counter()
             with torch.no_grad():
                 cache = self.model(input_ids=rest, past_key_values=cache, use_cache=True,
                                    logits_to_keep=1).past_key_values
+            self.seconds["prefill"] += time.perf_counter() - t0
             self.cache.store(prompt[:-1], cache)
         return cache
 
@@ -249,12 +252,21 @@ class BatchGenerator:
 
     def step(self) -> None:
         """Decode one token for every running row (the queued requests join first); rows that end call ``done``."""
-        import torch
-
+        t0 = time.perf_counter()
         if self._joining or 2 * sum(r.over for r in self._rows) >= max(len(self._rows), 1):
             self._rebuild()
-        if not self._rows:
-            return
+        t1 = time.perf_counter()
+        self.seconds["join"] += t1 - t0
+        if self._rows:
+            self.decode_steps += 1
+            try:
+                self._decode()
+            finally:
+                self.seconds["decode"] += time.perf_counter() - t1
+
+    def _decode(self) -> None:
+        import torch
+
         with torch.no_grad():
             logits = self.model(input_ids=self._tokens, attention_mask=self._mask, position_ids=self._positions,
                                 past_key_values=self._batch, use_cache=True).logits[:, -1, :].float()
