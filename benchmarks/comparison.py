@@ -214,7 +214,8 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
 def settings_key(args) -> dict[str, Any]:
     """What makes two runs of one (arm, seed) the same experiment (a record with other settings is redone)."""
     keys = ("steps", "prompts", "rollouts", "eval_every", "eval_samples", "eval_tasks", "response_budget", "set")
-    return {k: getattr(args, k) for k in keys} | {"train_file": str(args.train_file) if args.train_file else None}
+    train_file = str(args.train_file).replace(str(Path.home()), "~", 1) if args.train_file else None
+    return {k: getattr(args, k) for k in keys} | {"train_file": train_file}  # no machine path in results
 
 
 # ------------------------------------------------------------------------------------------------- aggregation
