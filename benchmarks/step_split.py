@@ -1,13 +1,16 @@
 """Where a CPU GRPO step's time goes, before and after SEAL's CPU cuts, side by side in one invocation.
 
     python benchmarks/step_split.py --before-tree DIR [--model PATH] [--prompts 2 --samples 8] [--out ...json]
+    python benchmarks/step_split.py --before-env SEAL_COMPUTE_DTYPE=float32 --model PATH   # fp32 vs the CPU's bf16
 
 Runs ``seal-train`` for one step of ``--prompts`` x ``--samples`` rollouts (default 2 x 8 = 16) twice with the
 same model, tasks, batch and seed (validation off):
 
-- ``before``: the code of ``--before-tree``, an older checkout of this repository (for example
-  ``git archive <commit> | tar -x -C DIR``), imported from there;
-- ``after``: this tree (one batched, prefix-cached rollout generator; bf16 where the CPU has bf16 units).
+- ``before``: the code of ``--before-tree`` (default: this tree), for example an older checkout of this repository
+  (``git archive <commit> | tar -x -C DIR``), imported from there, with ``--before-env`` variables and
+  ``--before-set`` overrides;
+- ``after``: this tree (one batched, prefix-cached rollout generator; bf16 where the CPU has bf16 units), with
+  ``--after-set`` overrides (for example LoRA: ``actor_rollout_ref.model.lora_rank=16``).
 
 It prints verl's per-phase timers (``timing_s/*``), the wall time and the peak resident memory of each run (the
 whole process tree: trainer, Ray workers, rollout server), the rollouts per step and the cost per rollout, plus
@@ -47,12 +50,12 @@ def _peak_rss(process: subprocess.Popen, peak: list[int]) -> None:
         time.sleep(0.5)
 
 
-def run_arm(name: str, tree: Path, overrides: list[str], workdir: Path) -> dict:
+def run_arm(name: str, tree: Path, overrides: list[str], workdir: Path, extra_env: dict[str, str]) -> dict:
     run_dir = workdir / name
     cmd = [sys.executable, "-m", "seal_trainer.cli", "trainer.total_training_steps=1", "trainer.val_before_train=false",
            "trainer.test_freq=-1", f"trainer.default_local_dir={run_dir}", f"trainer.experiment_name=split_{name}",
            *overrides]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), **extra_env}
     t0, peak = time.time(), [0]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir,
                           env=env) as process:
@@ -97,7 +100,13 @@ def prompt_tokens(model: str) -> dict[str, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--before-tree", type=Path, required=True, help="an older checkout of this repository")
+    p.add_argument("--before-tree", type=Path, default=ROOT, help="an older checkout of this repository")
+    p.add_argument("--before-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="an environment variable of the before arm only (repeatable)")
+    p.add_argument("--before-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a seal-train override of the before arm only (repeatable)")
+    p.add_argument("--after-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a seal-train override of the after arm only (repeatable)")
     p.add_argument("--model", default=None, help="default: seal-train's own (warm-started SmolLM2, cached)")
     p.add_argument("--prompts", type=int, default=2)
     p.add_argument("--samples", type=int, default=8, help="rollouts per prompt (GRPO group size)")
@@ -108,11 +117,15 @@ def main(argv=None) -> int:
     overrides = [f"data.train_batch_size={args.prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
                  f"actor_rollout_ref.rollout.n={args.samples}", *args.overrides]
     model = [f"actor_rollout_ref.model.path={Path(args.model).resolve()}"] if args.model else []
-    arms = {"before": args.before_tree.resolve(), "after": ROOT}
+    before_env = dict(kv.split("=", 1) for kv in args.before_env)
+    arms = {"before": (args.before_tree.resolve(), args.before_set, before_env), "after": (ROOT, args.after_set, {})}
+    if arms["before"] == arms["after"]:
+        p.error("the two arms are the same: give --before-tree, --before-env, --before-set or --after-set")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = (args.runs or Path(tmp)).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
-        results = {name: run_arm(name, tree, model + overrides, workdir) for name, tree in arms.items()}
+        results = {name: run_arm(name, tree, model + overrides + own, workdir, env)
+                   for name, (tree, own, env) in arms.items()}
     from seal_trainer.models import SMOLLM2, resolve_model
 
     results["prompt_tokens"] = prompt_tokens(args.model or str(resolve_model(SMOLLM2)))
@@ -128,7 +141,8 @@ def main(argv=None) -> int:
           f"compact {results['prompt_tokens']['compact']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"date": time.strftime("%Y-%m-%d"), "model": Path(args.model).name if args.model else "default",
-           "overrides": overrides, **results}  # no machine paths in the result file
+           "overrides": overrides, "before_env": before_env, "before_set": args.before_set,
+           "after_set": args.after_set, **results}  # no machine paths in the result file
     args.out.write_text(json.dumps(doc, indent=2))
     return 0
 

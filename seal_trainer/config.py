@@ -83,6 +83,9 @@ class SealConfig:
     max_assistant_turns: int = 0  # 0: only the env's caps and the response budget stop an episode
     max_message_tokens: int = 0  # tokens per assistant message; one cut there ends the episode (0: the budget)
     profile_window: int = 0  # failure profile over the current epoch's rollouts (0, the reference) or the last N steps
+    # a step none of whose rows has a gradient runs no optimizer step: verl's Adam would still move the weights by
+    # its momentum (about 0.9 of the last update), and with 2 prompts per step half the steps have no gradient
+    skip_gradientless_updates: bool = True
     log_path: str | None = None  # JSONL per step; default <trainer.default_local_dir>/seal_steps.jsonl
     print_steps: bool = True
 

@@ -19,6 +19,7 @@ tool template of the same format where the model's own template drops ``tools=``
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -120,10 +121,14 @@ def supervised_text(tokenizer, example: dict[str, Any]) -> str:
     return tokenizer.decode([t for t in example["labels"] if t != -100], skip_special_tokens=False)
 
 
-def sequence_loss(model, example: dict[str, Any]):
+def sequence_loss(model, example: dict[str, Any], dtype: str = "float32"):
+    """The example's token-mean loss; ``dtype="bfloat16"`` computes the matmuls under CPU bf16 autocast while the
+    weights (and so the optimizer's master copy) stay fp32, as verl's mixed precision does."""
     import torch
 
-    return model(input_ids=torch.tensor([example["input_ids"]]), labels=torch.tensor([example["labels"]])).loss
+    compute = (torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext())
+    with compute:
+        return model(input_ids=torch.tensor([example["input_ids"]]), labels=torch.tensor([example["labels"]])).loss
 
 
 def mean_loss(model, examples: Sequence[dict[str, Any]]) -> float:
@@ -134,8 +139,10 @@ def mean_loss(model, examples: Sequence[dict[str, Any]]) -> float:
 
 
 def train(model, examples: Sequence[dict[str, Any]], steps: int, lr: float = 2e-3, seed: int = 0,
-          warmup: int = 20, log_every: int = 10, time_limit_s: float | None = None) -> list[dict[str, float]]:
-    """AdamW, batch 1 (one rendered sequence), cosine schedule with warmup; returns the loss history."""
+          warmup: int = 20, log_every: int = 10, time_limit_s: float | None = None,
+          dtype: str = "float32") -> list[dict[str, float]]:
+    """AdamW, batch 1 (one rendered sequence), cosine schedule with warmup, computing in ``dtype`` (see
+    ``sequence_loss``); returns the loss history."""
     import torch
     from tqdm.auto import tqdm
 
@@ -153,7 +160,7 @@ def train(model, examples: Sequence[dict[str, Any]], steps: int, lr: float = 2e-
         if not order:
             order = list(range(len(examples)))
             rng.shuffle(order)
-        loss = sequence_loss(model, examples[order.pop()])
+        loss = sequence_loss(model, examples[order.pop()], dtype)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -185,12 +192,14 @@ class WarmStartConfig:
     seed: int = 0
 
 
-def _recipe(base: Path, domain: str, config: WarmStartConfig, tool_format: ToolFormat) -> str:
+def _recipe(base: Path, domain: str, config: WarmStartConfig, tool_format: ToolFormat, dtype: str) -> str:
     marker = base / RECIPE_FILE
     base_id = marker.read_text() if marker.exists() else str(base.resolve())
     doc = {"base": base_id, "domain": domain, "config": asdict(config), "v": 1}
     if tool_format.name != DEFAULT_TOOL_FORMAT:  # the default's recipes predate formats: keep their hashes
         doc["tool_format"] = tool_format.name
+    if dtype != "float32":  # bf16 compute gives other weights; fp32 recipes predate the choice: keep their hashes
+        doc["compute_dtype"] = dtype
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -225,11 +234,13 @@ def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, o
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from seal_envs.evaluation.batch_generate import compute_dtype
     from seal_envs.tool_template import ensure_tool_template
 
     base = Path(base)
     tool_format = get_tool_format(tool_format)
-    recipe = _recipe(base, domain, config, tool_format)
+    dtype = compute_dtype()
+    recipe = _recipe(base, domain, config, tool_format, dtype)
     out = Path(out) if out is not None else base.with_name(f"{base.name}-ws-{recipe}")
     if is_built(out, recipe):
         return out
@@ -240,11 +251,12 @@ def warm_started_model(base: str | Path, domain: str, config: WarmStartConfig, o
     demos = record_demonstrations(_demonstration_tasks(domain, config), domain, tool_format=tool_format)
     examples = [e for d in demos for e in render_examples(tokenizer, d)]
     print(f"[seal] warm start of {base.name}: {config.steps} SFT steps on {len(examples)} sequences from "
-          f"{len(demos)} executed {domain} demonstrations", flush=True)
-    history = train(model, examples, config.steps, lr=config.lr, seed=config.seed, warmup=config.warmup)
+          f"{len(demos)} executed {domain} demonstrations, computing in {dtype}", flush=True)
+    history = train(model, examples, config.steps, lr=config.lr, seed=config.seed, warmup=config.warmup,
+                    dtype=dtype)
     save_built(model, tokenizer, out, {"recipe": recipe, "base": str(base)},
                {"warm_start.json": json.dumps({"config": asdict(config), "domain": domain, "base": str(base),
-                                               "tool_format": tool_format.name,
+                                               "tool_format": tool_format.name, "compute_dtype": dtype,
                                                "sequences": len(examples), "loss": history,
                                                "time_s": round(time.time() - t0, 1)}, indent=1)})
     return out

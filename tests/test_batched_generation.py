@@ -221,15 +221,25 @@ def test_mechanism_weight_table_per_label_and_tag():
     assert table["labels"]["pass"]["with_gradient"] == 1
 
 
-def test_the_compute_dtype_follows_the_cpus_bf16_units(tiny, monkeypatch):
+def test_the_compute_dtype_follows_the_cpus_bf16_units_unless_pinned(tiny, monkeypatch):
     import torch
 
     from seal_envs.evaluation import batch_generate
-    from seal_envs.evaluation.batch_generate import compute_dtype, model_generator
+    from seal_envs.evaluation.batch_generate import DTYPE_ENV, compute_dtype, model_generator
 
+    monkeypatch.delenv(DTYPE_ENV, raising=False)
     for units, expected in ((True, "bfloat16"), (False, "float32")):
         monkeypatch.setattr(batch_generate, "cpu_has_bf16_units", lambda units=units: units)
         assert compute_dtype("auto") == expected
+        monkeypatch.setenv(DTYPE_ENV, "float32")
+        assert compute_dtype("auto") == "float32"  # the pin wins over the CPU's units
+        monkeypatch.delenv(DTYPE_ENV)
+    monkeypatch.setenv(DTYPE_ENV, "half")
+    with pytest.raises(ValueError, match=r"SEAL_COMPUTE_DTYPE must be float32 or bfloat16, not 'half'"):
+        compute_dtype("auto")
+    monkeypatch.setenv(DTYPE_ENV, "bfloat16")
+    assert compute_dtype("float32") == "float32"  # an explicit request is not overridden
+    monkeypatch.delenv(DTYPE_ENV)
     assert compute_dtype("float32") == "float32"
     with pytest.raises(ValueError, match="auto, float32 or bfloat16"):
         compute_dtype("fp8")

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 def test_seal_train_smollm2_two_steps(tmp_path: Path, docker_daemon):
     run_dir = tmp_path / "run"
     env = {**os.environ, "SEAL_CACHE_DIR": os.environ.get("SEAL_CACHE_DIR", str(Path.home() / ".cache" / "seal"))}
+    env.pop("SEAL_COMPUTE_DTYPE", None)  # the main job as users run it: the machine's own dtype (bf16 with bf16 units)
     cmd = [sys.executable, "-m", "seal_trainer.cli", "seal.warm_start.steps=0", "trainer.total_training_steps=2",
            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
            "actor_rollout_ref.rollout.n=2", "data.max_response_length=256", "seal.dataset.n_val=1",

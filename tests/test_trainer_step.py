@@ -180,3 +180,27 @@ def test_the_step_reads_labels_tags_and_flags_from_the_agent_loop(tmp_path):
     profile = trainer.closed_loop.profile()
     assert set(profile.labels) == {"pass", "argument_mismatch"} and set(profile.tags) == {"pass", "state_mismatch"}
     assert metrics["seal/truncated"] == 1.0 and metrics["seal/infrastructure_errors"] == 0.0
+
+
+@pytest.mark.parametrize("overrides, rewards, updates", [
+    ((), (1.0, 0.0), True),                                             # an informative group: verl's update runs
+    ((), (0.0, 0.0), False),                                            # no row has a gradient: no optimizer step
+    (("seal.skip_gradientless_updates=false",), (0.0, 0.0), True),      # verl's behaviour: Adam steps on momentum
+    (("actor_rollout_ref.actor.use_kl_loss=true",), (0.0, 0.0), True),  # the KL loss has a gradient of its own
+])
+def test_a_step_without_gradient_runs_no_update(tmp_path, monkeypatch, overrides, rewards, updates):
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.v1 import trainer_base
+
+    calls = []
+    parent = next(c for c in SealPPOTrainer.__mro__[1:] if "_update_actor" in vars(c))
+    assert parent.__module__ == trainer_base.__name__  # verl's own update, which the skip stands in front of
+    monkeypatch.setattr(parent, "_update_actor", lambda self, batch, metrics: calls.append(batch.extra_info) or batch)
+    trainer = trainer_for(tmp_path, *overrides)
+    rollouts = [(u, r, 2, ["pass" if r else "state_mismatch"], False) for u in "ab" for r in rewards]
+    trainer._seal_advantage(*step_fields(rollouts), {})
+    metrics = {}
+    trainer._update_actor(SimpleNamespace(extra_info={}), metrics)
+    assert bool(calls) == updates and metrics["seal/update_skipped"] == float(not updates)
+    assert trainer._seal_step["gradient_rows"] == (4 if rewards == (1.0, 0.0) else 0)

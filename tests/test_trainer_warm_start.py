@@ -63,7 +63,8 @@ def test_miss_func_renders_one_sequence_per_tool_list(tiny, demos):
     assert len(sft.render_examples(tok, demo)) == 2  # cancel_order is added at turn 3
 
 
-def test_a_few_sft_steps_lower_the_loss(tiny, demos):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_few_sft_steps_lower_the_loss(tiny, demos, dtype):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,9 +74,26 @@ def test_a_few_sft_steps_lower_the_loss(tiny, demos):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
     before = sft.mean_loss(model, examples)
-    sft.train(model, examples, steps=8, lr=3e-3, warmup=2, log_every=100)
+    sft.train(model, examples, steps=8, lr=3e-3, warmup=2, log_every=100, dtype=dtype)
     after = sft.mean_loss(model, examples)
     assert after < before - 0.3, (before, after)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # bf16 compute, fp32 master weights
+
+
+def test_a_bf16_warm_start_is_another_recipe_and_says_so(tiny, tmp_path, monkeypatch, capsys):
+    import json
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny, base)
+    config = sft.WarmStartConfig(steps=2, demonstrations=2, lr=1e-3)
+    monkeypatch.setenv("SEAL_COMPUTE_DTYPE", "float32")
+    fp32 = sft.warm_started_model(base, "shop", config)
+    monkeypatch.setenv("SEAL_COMPUTE_DTYPE", "bfloat16")
+    bf16 = sft.warm_started_model(base, "shop", config)
+    assert bf16 != fp32 and "computing in bfloat16" in capsys.readouterr().out
+    assert [json.loads((p / "warm_start.json").read_text())["compute_dtype"] for p in (fp32, bf16)] == [
+        "float32", "bfloat16"]
 
 
 def test_tiny_model_warm_start_fits_the_demonstrations(tmp_path, demos):

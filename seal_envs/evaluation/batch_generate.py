@@ -26,6 +26,7 @@ worker threads).
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -483,9 +484,17 @@ def cpu_has_bf16_units() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+DTYPE_ENV = "SEAL_COMPUTE_DTYPE"
+
+
 def compute_dtype(requested: str = "auto", device: str = "cpu") -> str:
-    """``float32`` or ``bfloat16`` for ``requested`` (``auto``: bf16 on a CPU with bf16 units or a GPU that has
-    bf16, else fp32)."""
+    """``float32`` or ``bfloat16`` for ``requested``. ``auto`` takes ``$SEAL_COMPUTE_DTYPE`` when set (to pin one
+    dtype on every machine, e.g. for runs compared across machines), else bf16 on a CPU with bf16 units or a GPU
+    that has bf16, else fp32."""
+    if requested == "auto" and os.environ.get(DTYPE_ENV):
+        requested = os.environ[DTYPE_ENV]
+        if requested not in ("float32", "bfloat16"):
+            raise ValueError(f"${DTYPE_ENV} must be float32 or bfloat16, not {requested!r}")
     if requested != "auto":
         if requested not in ("float32", "bfloat16"):
             raise ValueError(f"dtype must be auto, float32 or bfloat16, not {requested!r}")
@@ -527,5 +536,5 @@ def model_generator(model_path: str, cache_bytes: int = DEFAULT_MAX_BYTES, dtype
     return BatchGenerator(model, eos_ids, pad_id if pad_id is not None else (eos_ids or [0])[0], cache_bytes)
 
 
-__all__ = ["BatchGenerator", "Generation", "GenerationQueue", "Sampling", "compute_dtype", "cpu_has_bf16_units",
+__all__ = ["DTYPE_ENV", "BatchGenerator", "Generation", "GenerationQueue", "Sampling", "compute_dtype", "cpu_has_bf16_units",
            "load_generator", "model_generator", "register_grouped_sdpa", "row_seed"]
