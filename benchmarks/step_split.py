@@ -141,8 +141,8 @@ def main(argv=None) -> int:
           f"compact {results['prompt_tokens']['compact']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"date": time.strftime("%Y-%m-%d"), "model": Path(args.model).name if args.model else "default",
-           "overrides": [o.replace(str(Path.home()), "~") for o in overrides], "before_env": before_env, "before_set": args.before_set,
-           "after_set": args.after_set, **results}  # no machine paths in the result file
+           "overrides": [o.replace(str(Path.home()), "~") for o in overrides], "before_env": before_env,
+           "before_set": args.before_set, "after_set": args.after_set, **results}  # no machine paths in the result file
     args.out.write_text(json.dumps(doc, indent=2))
     return 0
 

@@ -120,7 +120,6 @@ class SealPPOTrainer(PPOTrainerSync):
         self.closed_loop = ClosedLoop(switches["interface_evolution"], switches["closed_loop_update"],
                                       self.seal.profile_window, self.seal.interface)
         self._seal_step: dict[str, Any] = {}
-        self._gradient_rows: int | None = None  # rows of this step's batch with a non-zero advantage
         self._seal_pending: dict[str, float] = {}
         self._refilled_prompts = 0  # DAPO refills of this step (see _add_prompts_to_generate)
         self._filter_metric: str | None = None  # the DAPO metric while filtering is suspended for a step
@@ -181,7 +180,7 @@ class SealPPOTrainer(PPOTrainerSync):
         actor = self.config.actor_rollout_ref.actor
         exact_zero = (actor.policy_loss.get("loss_mode", "vanilla") == "vanilla" and not actor.use_kl_loss
                       and actor.entropy_coeff == 0 and not actor.get("calculate_entropy", False))
-        if exact_zero and self.seal.skip_gradientless_updates and self._gradient_rows == 0:
+        if exact_zero and self.seal.skip_gradientless_updates and self._seal_step.get("gradient_rows") == 0:
             # no row has a gradient: Adam would still step on its momentum (seal.skip_gradientless_updates)
             metrics["seal/update_skipped"] = 1.0
             return batch
@@ -202,7 +201,6 @@ class SealPPOTrainer(PPOTrainerSync):
             profile, profiled = posted
         r = np.asarray(rewards, dtype=float)
         informative, groups = informative_groups(uids, rewards, valid)
-        self._gradient_rows = int(np.asarray(carries_gradient, dtype=bool)[valid].sum())
         step_metrics: dict[str, float] = {
             "seal/infrastructure_errors": float(rollouts.infra.sum()),
             "seal/truncated": float(sum(rollouts.truncated)),
@@ -222,7 +220,8 @@ class SealPPOTrainer(PPOTrainerSync):
             "weights": [round(float(w), 4) for w in weights], "infrastructure_errors": int(rollouts.infra.sum()),
             "reward_mean": step_metrics["seal/reward_mean"], "rho": self.reweighter.state()["rho"],
             "n": len(rollouts.labels), "groups": groups, "informative_groups": informative,
-            "profiled_rollouts": profiled, "gradient_rows": self._gradient_rows,
+            "profiled_rollouts": profiled,
+            "gradient_rows": int(np.asarray(carries_gradient, dtype=bool)[valid].sum()),  # rows with non-zero advantage
         }
 
     # ------------------------------------------------------------------ dynamic sampling

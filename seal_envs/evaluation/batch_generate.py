@@ -536,5 +536,5 @@ def model_generator(model_path: str, cache_bytes: int = DEFAULT_MAX_BYTES, dtype
     return BatchGenerator(model, eos_ids, pad_id if pad_id is not None else (eos_ids or [0])[0], cache_bytes)
 
 
-__all__ = ["DTYPE_ENV", "BatchGenerator", "Generation", "GenerationQueue", "Sampling", "compute_dtype", "cpu_has_bf16_units",
-           "load_generator", "model_generator", "register_grouped_sdpa", "row_seed"]
+__all__ = ["DTYPE_ENV", "BatchGenerator", "Generation", "GenerationQueue", "Sampling", "compute_dtype",
+           "cpu_has_bf16_units", "load_generator", "model_generator", "register_grouped_sdpa", "row_seed"]
