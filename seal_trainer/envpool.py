@@ -33,7 +33,6 @@ import asyncio
 import json
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +80,6 @@ class EnvPool:
         self.max_size = max_size
         self._idle: list[Any] = []
         self._size = 0
-        self._lock = threading.Lock()
         self._cond: asyncio.Condition | None = None
         self.interface_version = 0
         self._interface_json: str | None = None

@@ -23,7 +23,7 @@ from seal_trainer.agent_loop import SealToolEnvAgentLoop
 from seal_trainer.cli import compose
 from seal_trainer.closed_loop import ClosedLoop
 from seal_trainer.data import task_rows
-from seal_trainer.envpool import reset_local_state
+from seal_trainer.envpool import board_drain_rollouts, reset_local_state
 from seal_trainer.warm_start import turn_answer
 
 TASK = "shop_base_001"
@@ -100,6 +100,21 @@ def test_a_training_row_adopts_the_published_interface_and_an_eval_row_does_not(
     assert "[required]" in train_prompt
     assert evaluated.extra_fields["seal_interface_version"] == 0 and SCHEMA_INSTRUCTION not in eval_prompt
     assert "[required]" not in eval_prompt
+
+
+def test_every_training_episode_reaches_the_closed_loops_profile_and_no_eval_episode(smollm2_folder):
+    """The agent loop posts each finished training episode (task, labels, tags, reward) to the board the closed
+    loop drains: its failure profile sees every rollout, also those of groups dynamic sampling drops."""
+    loop = ClosedLoop()
+    loop.start()  # the trainer's first call: makes the job's board
+    trained, _, _ = episode(smollm2_folder, "hermes", mode="train")
+    episode(smollm2_folder, "hermes", mode="eval")
+    (posted,) = board_drain_rollouts(loop.board)
+    labels, tags = json.loads(trained.extra_fields["seal_labels"]), json.loads(trained.extra_fields["seal_tags"])
+    assert posted == {"task_id": TASK, "labels": labels, "tags": tags, "reward": 1.0, "infrastructure_error": False}
+    episode(smollm2_folder, "hermes", mode="train")
+    profile, rollouts = loop.observe_posted(epoch=0)
+    assert rollouts == 1 and sum(s.count for s in profile.labels.values()) == len(labels)
 
 
 class LoopingServer:

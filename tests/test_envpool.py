@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from seal_envs.interface import InterfaceState
+from seal_envs.spec import SpecError
 from seal_trainer.envpool import (
     EnvPool, EnvSpec, InterfaceBoardImpl, board_get, get_board, get_env_pool, reset_local_state,
 )
@@ -28,6 +29,19 @@ def test_a_spec_makes_the_env_it_describes():
         assert (inner.mode, inner.sandbox_config.backend, inner.max_steps_per_turn, inner.tool_format.name) == (
             "eval", "inprocess", 3, "mistral")
         assert {t.domain for t in inner.tasks} == {"shop"}
+    finally:
+        env.close()
+
+
+def test_a_spec_with_a_tasks_file_makes_envs_of_those_tasks(tmp_path):
+    """A curriculum or procedurally generated training set reaches the agent loop's envs through the spec."""
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks, write_tasks
+
+    chosen = [t for t in load_tasks(load_domain("shop").root) if t.id == "shop_base_001"]
+    env = EnvSpec(domain="shop", sandbox="inprocess", tasks=str(write_tasks(chosen, tmp_path / "tasks.json"))).make()
+    try:
+        assert [t.id for t in env.unwrapped.tasks] == ["shop_base_001"]
     finally:
         env.close()
 
@@ -75,16 +89,35 @@ def test_a_broken_env_is_closed_and_its_place_freed():
     assert broken.unwrapped._sandbox is None  # closed: its sandbox went back to the sandbox pool
 
 
+def test_a_pool_holds_at_most_max_size_envs_with_broken_ones_replaced():
+    """A broken env gives back exactly its own place: the pool makes a replacement, and is full again after."""
+    pool = EnvPool(SHOP, max_size=2)
+
+    async def scenario():
+        first, second = await pool.acquire(), await pool.acquire()
+        await pool.release(first, broken=True)
+        replacement = await pool.acquire()
+        waiting = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and pool.created == 3  # two in use: the pool is full
+        await pool.release(second)
+        reused = await asyncio.wait_for(waiting, 5)
+        return second, replacement, reused
+
+    second, replacement, reused = asyncio.run(scenario())
+    assert reused is second and replacement is not second and pool.created == 3 and pool.discarded == 1
+
+
 def test_an_env_that_cannot_be_made_frees_its_place():
     pool = EnvPool(EnvSpec(domain="no_such_domain", sandbox="inprocess"), max_size=1)
 
     async def scenario():
-        for _ in range(2):  # the second attempt does not wait for the failed first one
-            with pytest.raises(Exception):
+        for _ in range(3):  # later attempts do not wait for the failed ones (a wait would time out instead)
+            with pytest.raises(SpecError, match="no_such_domain"):
                 await asyncio.wait_for(pool.acquire(), 30)
 
     asyncio.run(scenario())
-    assert pool.created == 0
+    assert pool.created == 0 and pool._size == 0
 
 
 def test_closing_a_pool_closes_its_idle_envs():
