@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -115,18 +117,29 @@ def checkpoint_policy(run_dir: Path, step: int) -> Path:
     return run_dir / f"global_step_{step}" / "actor" / "huggingface"
 
 
-def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
-    """The held-out evaluation of one policy, cached at ``cache`` (a restarted script does not redo it)."""
-    if cache.exists():
-        return json.loads(cache.read_text())
+def _evaluate_policy(policy: Path, eval_tasks: int | None, samples: int, temperature: float,
+                     response_budget: int) -> dict[str, Any]:
     from dataclasses import replace
 
-    from seal_envs.evaluation.heldout import HeldoutSettings, evaluate_model, evaluation_sets, format_result
+    from seal_envs.evaluation.heldout import HeldoutSettings, evaluate_model, evaluation_sets
 
-    sets = {name: tasks[: args.eval_tasks] for name, tasks in evaluation_sets("shop").items()}
-    settings = HeldoutSettings(samples=args.eval_samples, temperature=args.temperature, seed=0,
-                               limits=replace(HeldoutSettings().limits, response_budget=args.response_budget))
-    result = evaluate_model(policy, sets, settings)
+    sets = {name: tasks[:eval_tasks] for name, tasks in evaluation_sets("shop").items()}
+    settings = HeldoutSettings(samples=samples, temperature=temperature, seed=0,
+                               limits=replace(HeldoutSettings().limits, response_budget=response_budget))
+    return evaluate_model(policy, sets, settings)
+
+
+def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
+    """The held-out evaluation of one policy, cached at ``cache`` (a restarted script does not redo it). It runs in
+    a child process: the model and its caches (about 13 GB for SmolLM2) go back to the OS before the next training
+    run starts, which otherwise shares the machine with them (Ray's memory monitor killed one such run)."""
+    if cache.exists():
+        return json.loads(cache.read_text())
+    from seal_envs.evaluation.heldout import format_result
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
+        result = child.submit(_evaluate_policy, policy, args.eval_tasks, args.eval_samples, args.temperature,
+                              args.response_budget).result()
     print(f"[comparison] {policy}:\n{format_result(result)}", flush=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result, indent=1) + "\n")
