@@ -364,6 +364,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         acted_turn = self._turn  # info["turn"] is the turn this action belongs to, even when it ends it
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1
+        first_record = len(self._records)
         observation: list[Message] = []
         # the protocol, never the interface, decides whether a malformed call is answered (the hint is extra text)
         recovering = bool(parsed.errors) and self.protocol.answers_malformed_calls
@@ -394,7 +395,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             self._termination = "step_cap"
         elif self._user is not None:
             failed = sum(r.outcome in ("unknown_tool", "invalid_arguments", "execution_error")
-                         for r in self._records if r.step == self._steps_in_turn)
+                         for r in self._records[first_record:])
             try:
                 said, self._termination = self._converse(parsed.content, stepped, failed)
             except UserError as exc:

@@ -91,6 +91,13 @@ class StoppingAgent(ReplayPolicy):
         return text if "<tool_call>" in text else f"{text} ###STOP###"
 
 
+class FailingAgent(ReplayPolicy):
+    """Calls a tool that does not exist, every step."""
+
+    def act(self, messages, tools, turn):
+        return '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>'
+
+
 def play(user: UserConfig, policy=None):
     task = shop_task()
     env = ToolUseEnv(domain="shop", tasks=[task], sandbox="inprocess", user=user)
@@ -155,6 +162,10 @@ def test_a_local_hf_user_plays_the_conversation(tiny):
     stopped = play(UserConfig(kind="hf", target=str(tiny), temperature=1.0, max_tokens=12), StoppingAgent())
     assert stopped.termination == "agent_stop" and stopped.reward == 1.0
     assert [m["role"] for m in stopped.messages].count("user") == 1  # the agent's stop gets no reply
+    failing = play(UserConfig(kind="hf", target=str(tiny), temperature=1.0, max_tokens=12, max_errors=3),
+                   FailingAgent())
+    assert failing.termination == "too_many_errors" and sum(map(len, failing.calls[0])) == 3
+    assert failing.reward == 0.0 and failing.labels == ["invalid_tool_call"]
 
 
 @pytest.mark.timeout(60)
@@ -184,3 +195,21 @@ def test_taus_grading_fails_a_conversation_cut_by_its_limits_and_skips_the_greet
     assert tau2_verdict(task, calls, messages, domain, config, "user_stop")["reward"] == 1.0
     assert tau2_verdict(task, calls, messages, domain, config, "max_steps") == {
         "db": False, "communicate": False, "missing_info": [], "reward": 0.0, "premature": "max_steps"}
+
+
+def test_seal_eval_names_the_user_in_its_report_and_masks_a_broken_user(tmp_path, capsys):
+    from seal_envs.evaluation.cli import main
+
+    server = Server("empty")
+    try:
+        status = main(["--domain", "tau2_airline", "--split", "eval", "--limit", "1", "--sandbox", "inprocess",
+                       "--user", f"openai:{server.url}", "--out", str(tmp_path), "--transcripts", "0"])
+    finally:
+        server.close()
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert status == 2  # an infrastructure error: the user simulator's, not the policy's
+    assert results["run"]["user"].startswith(f"LLM user simulator (openai: {server.url}")
+    assert results["run"]["benchmark"].endswith(f"user=openai:{server.url}")
+    assert results["summary"]["user"] == results["run"]["user"] and results["config"]["user"] == f"openai:{server.url}"
+    assert results["episodes"][0]["labels"] == ["infrastructure_error"]
+    assert f"user: {results['run']['user']}" in capsys.readouterr().out
