@@ -208,7 +208,7 @@ def test_seal_eval_names_the_user_in_its_report_and_masks_a_broken_user(tmp_path
         server.close()
     results = json.loads((tmp_path / "results.json").read_text())
     assert status == 2  # an infrastructure error: the user simulator's, not the policy's
-    assert results["run"]["user"].startswith(f"LLM user simulator (openai: {server.url}")
+    assert results["run"]["user"].startswith(f"LLM user simulator (openai: {server.url} model tiny, temperature 0")
     assert results["run"]["benchmark"].endswith(f"user=openai:{server.url}")
     assert results["summary"]["user"] == results["run"]["user"] and results["config"]["user"] == f"openai:{server.url}"
     assert results["episodes"][0]["labels"] == ["infrastructure_error"]

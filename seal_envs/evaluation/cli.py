@@ -28,7 +28,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -241,11 +241,19 @@ def evaluate(config: EvalConfig, progress: bool = True):
     from seal_envs.evaluation.tau2 import tau2_verdict
     from seal_envs.sandbox import SandboxConfig
     from seal_envs.spec.loader import load_domain
+    from seal_envs.users import UserError
+    from seal_envs.users.backends import served_model
 
     target = eval_target(config)
     tau2 = any(task.metadata.get("checker") == "tau2" for task in target.tasks)
+    user = target.env_kwargs.get("user", user_config(config))
+    if user.kind == "openai" and user.model is None:  # the report names the model the endpoint served
+        try:
+            user = replace(user, model=served_model(user))
+        except UserError as exc:
+            raise SetupError(f"--user: {exc}") from None
     run = {"name": config.model or config.policy, "benchmark": target.benchmark,
-           "date": datetime.datetime.now().isoformat(timespec="seconds"), "user": user_config(config).describe(tau2)}
+           "date": datetime.datetime.now().isoformat(timespec="seconds"), "user": user.describe(tau2)}
     out = Path(config.out)
     done = _journal_records(out, run) if config.resume else {}
     out.mkdir(parents=True, exist_ok=True)
