@@ -34,10 +34,11 @@ def shop_task():
 
 class Server:
     """An OpenAI-compatible endpoint in this process; ``mode`` "model" answers from the tiny model (sampled, seeded:
-    its greedy output is blank lines), the others misbehave as named. It keeps every request it answered."""
+    its greedy output is blank lines), "replies" with ``replies`` in turn (the tiny model never writes a stop
+    token), the others misbehave as named. It keeps every request it answered."""
 
-    def __init__(self, mode: str = "model", model_path: str | None = None):
-        self.mode, self.requests = mode, []
+    def __init__(self, mode: str = "model", model_path: str | None = None, replies: tuple[str, ...] = ()):
+        self.mode, self.requests, self.replies = mode, [], replies
         self.model = HFPolicy(HFConfig(str(model_path), max_new_tokens=12, temperature=1.0, device="cpu")) \
             if mode == "model" else None
         outer = self
@@ -65,7 +66,10 @@ class Server:
                     return self.send(200, b"<html>not json</html>")
                 if outer.mode == "hang":  # past the client's timeout, then no answer at all
                     return time.sleep(3)
-                content = "   " if outer.mode == "empty" else outer.model.act(request["messages"], [], 0)
+                if outer.mode == "replies":
+                    content = outer.replies[len(outer.requests) - 1]
+                else:
+                    content = "   " if outer.mode == "empty" else outer.model.act(request["messages"], [], 0)
                 self.send(200, json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -166,6 +170,24 @@ def test_a_local_hf_user_plays_the_conversation(tiny):
                    FailingAgent())
     assert failing.termination == "too_many_errors" and sum(map(len, failing.calls[0])) == 3
     assert failing.reward == 0.0 and failing.labels == ["invalid_tool_call"]
+
+
+@pytest.mark.parametrize("replies, termination, reward", [
+    (("I want two earbuds under $80.", "Great, thanks! ###STOP###"), "user_stop", 1.0),
+    (("I want two earbuds under $80.", "Let me talk to a human. ###TRANSFER###"), "transfer", 1.0),
+    (("Sorry, wrong number. ###OUT-OF-SCOPE###",), "out_of_scope", 0.0)])
+def test_the_users_stop_tokens_end_the_conversation(replies, termination, reward):
+    server = Server("replies", replies=replies)
+    try:
+        record = play(UserConfig(kind="openai", target=server.url, model="m"))
+    finally:
+        server.close()
+    assert record.termination == termination and record.reward == reward and len(server.requests) == len(replies)
+    assert [m["content"] for m in record.messages if m["role"] == "user"] == list(replies)
+    if len(replies) == 1:  # the user ended it in its first message: the agent's action is not played
+        assert record.calls == [[[]]] and record.labels == ["empty_turn_model_response"]
+    else:
+        assert record.labels == ["pass"]
 
 
 @pytest.mark.timeout(60)
