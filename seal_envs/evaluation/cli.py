@@ -6,6 +6,7 @@
     seal-eval --env seal/Shop-v0 --workers 4                              # any registered env id
     seal-eval --domain path/to/calendar --split eval                     # any domain (its tasks.json or a split)
     seal-eval --policy openai ... --samples 4                           # k samples per task: pass@k and its error
+    seal-eval --domain tau2_airline --user openai:http://host:8000/v1 ... # tau2's LLM user simulator (or hf:FOLDER)
     seal-eval ... --resume                                               # continue an interrupted run (same --out)
     seal-eval compare RUN_A RUN_B                                        # two result folders side by side
 
@@ -27,7 +28,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ DOMAIN_ENV = "seal/ToolUse-v0"
 RUN_FILE, JOURNAL_FILE = "run.json", "episodes.jsonl"  # in --out: the run's options, one line per finished episode
 
 from seal_envs.formats import DEFAULT_TOOL_FORMAT, tool_format_names
+from seal_envs.users.config import UserConfig
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class EvalConfig:
     samples: int = 1  # episodes per task (pass@k for k up to this)
     resume: bool = False  # continue the run in ``out``: play only the episodes its episodes.jsonl lacks
     transcripts: int = 2  # episodes printed in full at the end
+    user: str = "scripted"  # who plays the user: scripted, openai:<base_url>, hf:<model folder> (seal_envs.users)
+    user_model: str | None = None  # openai user: the served model (None: the endpoint's only one)
+    user_api_key_env: str = "OPENAI_API_KEY"
+    user_temperature: float = 0.0  # tau2's default
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,9 @@ def eval_target(config: EvalConfig) -> EvalTarget:
     kwargs: dict[str, Any] = {"mode": "eval", "sandbox": config.sandbox, "tool_format": config.tool_format}
     if config.domain:
         kwargs["domain"] = config.domain
+    user = user_config(config)
+    if user.conversational:
+        kwargs["user"] = user
     split = config.split or (None if config.env or config.domain else "eval")
     probe = gym.make(env_id, disable_env_checker=True, **kwargs)
     try:
@@ -123,8 +132,17 @@ def eval_target(config: EvalConfig) -> EvalTarget:
             raise SystemExit(f"seal-eval: no task of category {config.category!r}; categories: {categories}")
     benchmark = " ".join([env_id, *([f"domain={domain.name}"] if config.domain else []),
                           *([f"split={split}"] if split else []),
-                          *([f"category={config.category}"] if config.category else [])])
+                          *([f"category={config.category}"] if config.category else []),
+                          *([f"user={user.spec}"] if user.conversational else [])])
     return EvalTarget(env_id, kwargs, stratified(tasks, config.limit), benchmark)
+
+
+def user_config(config: EvalConfig) -> UserConfig:
+    try:
+        return UserConfig.parse(config.user, model=config.user_model, api_key_env=config.user_api_key_env,
+                                temperature=config.user_temperature)
+    except ValueError as exc:
+        raise SetupError(f"--user: {exc}") from None
 
 
 class SetupError(Exception):
@@ -145,11 +163,10 @@ def check_setup(config: EvalConfig) -> None:
     if config.samples < 1:
         raise SetupError(f"--samples must be at least 1, not {config.samples}")
     if config.policy == "hf" and config.model:
-        folder = Path(config.model).expanduser()
-        if (folder.is_absolute() or config.model.startswith(".") or folder.exists()) \
-                and not (folder / "config.json").is_file():
-            raise SetupError(f"--model {config.model}: no Hugging Face model folder there (a folder with config.json, "
-                             "e.g. seal-train's global_step_<N>/actor/huggingface)")
+        check_model_folder(config.model, "--model ")
+    user = user_config(config)
+    if user.kind == "hf":
+        check_model_folder(user.target, "--user hf:")
     if config.sandbox == "docker":
         from seal_envs.sandbox.base import SandboxError
         from seal_envs.sandbox.docker import daemon_address, docker_client
@@ -164,16 +181,28 @@ def check_setup(config: EvalConfig) -> None:
                 "socket is not yours. Only for tool code you trust: --sandbox inprocess runs the tools without "
                 "Docker.") from None
     if config.policy == "openai" and config.base_url:
-        url = config.base_url.rstrip("/") + "/models"
-        try:
-            urllib.request.urlopen(url, timeout=10).close()
-        except urllib.error.HTTPError:
-            pass  # it answers (e.g. 401 or 404 for /models): the requests will say more
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SetupError(f"--base-url {config.base_url} does not answer ({reason}). Start the server (e.g. "
-                             "`vllm serve MODEL`) or fix the URL: an OpenAI-compatible endpoint ending in /v1, "
-                             "such as http://localhost:8000/v1") from None
+        check_endpoint(config.base_url, "--base-url ")
+    if user.kind == "openai":
+        check_endpoint(user.target, "--user openai:")
+
+
+def check_model_folder(model: str, flag: str) -> None:
+    folder = Path(model).expanduser()
+    if (folder.is_absolute() or model.startswith(".") or folder.exists()) and not (folder / "config.json").is_file():
+        raise SetupError(f"{flag}{model}: no Hugging Face model folder there (a folder with config.json, e.g. "
+                         "seal-train's global_step_<N>/actor/huggingface)")
+
+
+def check_endpoint(base_url: str, flag: str) -> None:
+    try:
+        urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=10).close()
+    except urllib.error.HTTPError:
+        pass  # it answers (e.g. 401 or 404 for /models): the requests will say more
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SetupError(f"{flag}{base_url} does not answer ({reason}). Start the server (e.g. `vllm serve MODEL`) or "
+                         "fix the URL: an OpenAI-compatible endpoint ending in /v1, such as "
+                         "http://localhost:8000/v1") from None
 
 
 def _journal_records(out: Path, run: dict[str, str]) -> dict[tuple[str, int], Any]:
@@ -212,10 +241,19 @@ def evaluate(config: EvalConfig, progress: bool = True):
     from seal_envs.evaluation.tau2 import tau2_verdict
     from seal_envs.sandbox import SandboxConfig
     from seal_envs.spec.loader import load_domain
+    from seal_envs.users import UserError
+    from seal_envs.users.backends import served_model
 
     target = eval_target(config)
+    tau2 = any(task.metadata.get("checker") == "tau2" for task in target.tasks)
+    user = target.env_kwargs.get("user", user_config(config))
+    if user.kind == "openai" and user.model is None:  # the report names the model the endpoint served
+        try:
+            user = replace(user, model=served_model(user))
+        except UserError as exc:
+            raise SetupError(f"--user: {exc}") from None
     run = {"name": config.model or config.policy, "benchmark": target.benchmark,
-           "date": datetime.datetime.now().isoformat(timespec="seconds")}
+           "date": datetime.datetime.now().isoformat(timespec="seconds"), "user": user.describe(tau2)}
     out = Path(config.out)
     done = _journal_records(out, run) if config.resume else {}
     out.mkdir(parents=True, exist_ok=True)
@@ -237,7 +275,8 @@ def evaluate(config: EvalConfig, progress: bool = True):
                     record.official_valid = bool(official_verdict(task, record.calls)["valid"])
                 elif checker == "tau2":
                     record.official_valid = tau2_verdict(task, record.calls, record.messages, load_domain(
-                        config.domain or task.domain), SandboxConfig(backend=config.sandbox))["reward"] == 1.0
+                        config.domain or task.domain), SandboxConfig(backend=config.sandbox),
+                        record.termination)["reward"] == 1.0
                 record.official_checker = checker if record.official_valid is not None else None
             done[(task.id, record.sample)] = record
             journal.write(json.dumps(record.to_json(), default=str) + "\n")
@@ -248,9 +287,9 @@ def evaluate(config: EvalConfig, progress: bool = True):
                          progress, on_finish=finished)
         except KeyboardInterrupt:
             records = [done[(t.id, s)] for t, s in jobs if (t.id, s) in done]
-            raise Interrupted(summarize(records), records, run) from None
+            raise Interrupted(summarize(records, run["user"]), records, run) from None
     records = [done[(t.id, s)] for t, s in jobs]
-    return summarize(records), records, run
+    return summarize(records, run["user"]), records, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out: play only the episodes its episodes.jsonl lacks")
     parser.add_argument("--transcripts", type=int, default=2, help="episodes printed in full at the end (0: none)")
+    parser.add_argument("--user", default="scripted",
+                        help="who plays the user: scripted (the tasks' fixed turns), openai:<base_url> or "
+                             "hf:<model folder> (an LLM user simulator on tau2's protocol; tasks with a user "
+                             "scenario, e.g. --domain tau2_airline)")
+    parser.add_argument("--user-model", help="--user openai: the served model (default: the endpoint's only one)")
+    parser.add_argument("--user-api-key-env", default="OPENAI_API_KEY",
+                        help="--user openai: the environment variable holding its API key")
+    parser.add_argument("--user-temperature", type=float, default=0.0, help="the LLM user's temperature (tau2: 0)")
     return parser
 
 

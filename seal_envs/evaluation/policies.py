@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from seal_envs.tool_template import chat_prompt_ids, ensure_tool_template
 
 ABSTAIN_TEXT = "I cannot do that with the available functions; please give me the missing information."
 DONE_TEXT = "Done."
+MAX_REPLY_BYTES = 16 << 20  # an endpoint's answer
 
 
 class Policy(Protocol):
@@ -122,6 +124,48 @@ class OpenAIConfig:
     timeout_s: float = 300.0
 
 
+def request_json(url: str, body: dict[str, Any] | None, api_key_env: str, timeout_s: float,
+                 max_bytes: int = MAX_REPLY_BYTES) -> Any:
+    """POST ``body`` (GET without one) and the JSON answer, within ``timeout_s`` for the whole exchange (a server
+    that sends slowly is cut off too) and ``max_bytes``; an endpoint's failure raises ``RuntimeError`` naming it."""
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get(api_key_env):
+        headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
+    data = None if body is None else json.dumps(body).encode()
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers),
+                                    timeout=timeout_s) as response:
+            size = 0
+            while chunk := response.read1(1 << 16):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise RuntimeError(f"{url}: the answer is over {max_bytes} bytes")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url}: no complete answer within {timeout_s:g} s")
+                chunks.append(chunk)
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{url}: HTTP {exc.code}: {exc.read(500)!r}") from None
+    except (urllib.error.URLError, OSError) as exc:  # refused, reset, or a read that timed out
+        raise RuntimeError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError:
+        raise RuntimeError(f"{url}: the answer is not JSON: {b''.join(chunks)[:200]!r}") from None
+
+
+def completion_message(reply: Any, url: str) -> dict[str, Any]:
+    """The first choice's message of a ``/chat/completions`` answer (``RuntimeError`` if it has none)."""
+    try:
+        message = reply["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        message = None
+    if not isinstance(message, dict):
+        raise RuntimeError(f"{url}: not a chat completion (no choices[0].message): {str(reply)[:200]}")
+    return message
+
+
 class OpenAIPolicy:
     """The endpoint decodes the model's own call format; its structured calls reach the env in ``tool_format``."""
 
@@ -138,17 +182,9 @@ class OpenAIPolicy:
                                 "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
         if tools:
             body["tools"] = tools
-        headers = {"Content-Type": "application/json"}
-        if os.environ.get(cfg.api_key_env):
-            headers["Authorization"] = f"Bearer {os.environ[cfg.api_key_env]}"
-        request = urllib.request.Request(cfg.base_url.rstrip("/") + "/chat/completions",
-                                         data=json.dumps(body).encode(), headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=cfg.timeout_s) as response:
-                reply = json.load(response)
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{cfg.base_url}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
-        return from_openai_message(reply["choices"][0]["message"], self.tool_format)
+        url = cfg.base_url.rstrip("/") + "/chat/completions"
+        reply = request_json(url, body, cfg.api_key_env, cfg.timeout_s)
+        return from_openai_message(completion_message(reply, url), self.tool_format)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from typing import Any
 
 from seal_envs.evaluation.fingerprint import run_fingerprint
 from seal_envs.evaluation.runner import EpisodeRecord
-from seal_envs.evaluation.tau2 import USER_MODES
 
 SUCCESS_COLOURS = ("#2ca02c", "#98df8a")  # pass, correct_abstention
 FAILURE_COLOURS = ("#d62728", "#ff7f0e", "#e377c2", "#8c564b", "#bcbd22", "#ff9896", "#c49c94", "#f7b6d2",
@@ -63,9 +62,10 @@ def pass_at_ks(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, float]]:
     return out
 
 
-def summarize(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
+def summarize(records: Sequence[EpisodeRecord], user: str | None = None) -> dict[str, Any]:
     """Success (percent) per category, their mean (macro, BFCL's "Average") and the mean over episodes (micro),
-    pass@k, the turn-label distribution and fault counts."""
+    pass@k, the turn-label distribution, fault counts, and who played the user (``user``, as reports name it)
+    with how an LLM user's conversations ended."""
     by_category: dict[str, list[EpisodeRecord]] = {}
     for record in records:
         by_category.setdefault(record.category, []).append(record)
@@ -92,6 +92,8 @@ def summarize(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
         "official_checker": checked[0].official_checker if checked else None,
         "official_pass_rate": 100.0 * sum(r.official_valid is True for r in checked) / len(checked) if checked else None,
         "requests_sha256": run_fingerprint(r.requests_sha256 for r in records),
+        "user": user,
+        "terminations": dict(Counter(r.termination for r in records if r.termination).most_common()),
     }
 
 
@@ -114,10 +116,13 @@ def format_table(summary: dict[str, Any]) -> str:
     lines += [f"  {label:<28}{count:>6}  {100 * count / total:6.2f}%" for label, count in summary["labels"].items()]
     lines.append(f"tasks: {summary['tasks']}  infrastructure errors: {summary['infrastructure_errors']}  "
                  f"task errors: {summary['task_errors']}")
+    if summary.get("user"):
+        lines.append(f"user: {summary['user']}")
+    if summary.get("terminations"):
+        lines.append("conversations ended by: " + ", ".join(f"{k} {v}" for k, v in summary["terminations"].items()))
     if summary.get("official_checker") == "tau2":
-        lines.append(f"tau2's grading (DB + COMMUNICATE): {summary['official_pass_rate']:.2f}% pass "
-                     f"(user: {USER_MODES['scripted']}); agreement with the env's reward: "
-                     f"{100 * summary['official_agreement']:.2f}%")
+        lines.append(f"tau2's grading (DB + COMMUNICATE): {summary['official_pass_rate']:.2f}% pass; agreement with "
+                     f"the env's reward: {100 * summary['official_agreement']:.2f}%")
     elif summary["official_agreement"] is not None:
         lines.append(f"agreement with BFCL's official checker: {100 * summary['official_agreement']:.2f}%")
     lines.append(f"eval-parity fingerprint (sha256 of every request sent): {summary['requests_sha256']}")

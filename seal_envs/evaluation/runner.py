@@ -34,6 +34,7 @@ class EpisodeRecord:
     diagnoses: list[dict[str, Any]] = field(default_factory=list)
     official_valid: bool | None = None
     official_checker: str | None = None  # whose check official_valid is: "bfcl" or "tau2"
+    termination: str | None = None  # with an LLM user: why the conversation ended (seal_envs.users.conversation)
     requests_sha256: str = ""  # hash of every request the policy was sent (``seal_envs.evaluation.fingerprint``)
     messages: list[Message] = field(default_factory=list)  # the transcript: every message, the policy's included
 
@@ -59,7 +60,7 @@ class EpisodeRecord:
 def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
     """Play ``task`` to the end with ``policy``; the env's faults end the episode and are recorded, not raised."""
     observation, info = env.reset(options={"task_id": task.id})
-    policy.start(task)
+    policy.start(env.get_wrapper_attr("task"))  # as the env plays it (an LLM user makes it one conversation)
     messages = list(observation)
     record = EpisodeRecord(task.id, task.category, 0.0, [], calls=[[]],
                            task_error=info.get("error") if info["task_error"] else None)
@@ -83,6 +84,7 @@ def run_episode(env, policy: Policy, task: Task) -> EpisodeRecord:
     record.reward = float(reward)
     record.labels = list(info["labels"])
     record.infrastructure_error = bool(info.get("infrastructure_error"))
+    record.termination = info.get("termination")
     record.requests_sha256 = requests.hexdigest()
     record.messages = messages
     return record

@@ -8,7 +8,8 @@ reward is 1 iff both pass. Replays run in a sandbox of the env's config (tool co
 an episode that made exactly the ground-truth calls has its database by determinism, without a replay.
 
 This is the benchmark's own score and can differ from SEAL's env reward, which also judges every turn's state
-and outputs against the per-turn ground truth.
+and outputs against the per-turn ground truth. With an LLM user, an episode that tau2's limits (or SEAL's step
+cap) ended before the user or the agent stopped is graded 0 unchecked, as tau2 grades a premature end.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from seal_envs.sandbox import SandboxConfig, SandboxError, get_pool
 from seal_envs.spaces import Message
 from seal_envs.spec.loader import ToolDomain
 from seal_envs.task import Task, ToolCall
+from seal_envs.users.conversation import PREMATURE
 from seal_envs.verifier import REFERENCES, episode_classes
 
 CHECKER = "tau2"
-USER_MODES = {"scripted": "offline scripted user (first message from the task's scenario, fixed replies after; "
-                          "not tau2's user-simulator protocol)"}
 
 
 def final_database(task: Task, calls: Sequence[ToolCall], domain: ToolDomain, config: SandboxConfig) -> dict[str, Any]:
@@ -66,15 +66,20 @@ def expected_database(task: Task, domain: ToolDomain, config: SandboxConfig) -> 
 
 
 def text_messages(messages: Sequence[Message], calls: Sequence[Sequence[Sequence[ToolCall]]]) -> list[str]:
-    """The assistant's messages to the user: those of the steps in which it made no tool call."""
+    """The assistant's messages to the user: those of the steps in which it made no tool call, after any the env
+    sent before the policy's first step (an LLM user's conversation opens with tau2's greeting)."""
     steps = [step for turn in calls for step in turn]
     assistant = [m["content"] for m in messages if m["role"] == "assistant"]
-    return [content for content, step in zip(assistant, steps) if not step]
+    given = len(assistant) - len(steps)
+    return assistant[:given] + [content for content, step in zip(assistant[given:], steps) if not step]
 
 
 def tau2_verdict(task: Task, calls: Sequence[Sequence[Sequence[ToolCall]]], messages: Sequence[Message],
-                 domain: ToolDomain, config: SandboxConfig) -> dict[str, Any]:
-    """tau2's DB and COMMUNICATE checks of one episode; ``calls`` per turn and step as the env decoded them."""
+                 domain: ToolDomain, config: SandboxConfig, termination: str | None = None) -> dict[str, Any]:
+    """tau2's DB and COMMUNICATE checks of one episode; ``calls`` per turn and step as the env decoded them,
+    ``termination`` why an LLM user's conversation ended."""
+    if termination in PREMATURE:
+        return {"db": False, "communicate": False, "missing_info": [], "reward": 0.0, "premature": termination}
     basis = task.metadata["reward_basis"]
     made = [call for turn in calls for step in turn for call in step]
     expected = expected_database(task, domain, config) if "DB" in basis else None

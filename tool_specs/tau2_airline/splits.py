@@ -7,8 +7,9 @@ tau2 plays each task against a user simulator; SEAL's tasks have fixed user turn
 SCRIPTED user, which is not tau2's protocol: turn 1 says the scenario's ``reason_for_call`` and ``known_info``
 verbatim, turn 2 is the fixed reply "Yes, I confirm. Please go ahead.". The ground-truth actions are split
 where tau2's policy splits them: the reads before the first write in turn 1 (an agent must get the user's
-explicit confirmation before any write), the rest in turn 2. ``communicate_info`` is the last turn's required
-response. The task's tau2 fields stay in ``metadata`` for tau2's own grading (``grading.py``) and for the LLM
+explicit confirmation before any write), the rest in turn 2. ``communicate_info`` is no required response
+(several of its strings are figures the agent computes, which no tool output holds): tau2's COMMUNICATE check
+grades it (``seal_envs.evaluation.tau2``). The task's tau2 fields stay in ``metadata`` for tau2's own grading (``grading.py``) and for the LLM
 users, which follow ``metadata["user_scenario"]`` as tau2's simulator does.
 """
 
@@ -52,7 +53,7 @@ def to_task(doc: dict[str, Any], prompt: str) -> Task:
     return Task(
         id=f"airline_{doc['id']}", domain="tau2_airline", initial_state={}, system_prompt=prompt,
         turns=(Turn(first_message(doc["user_scenario"]), tuple(actions[:first_write])),
-               Turn(CONFIRMATION, tuple(actions[first_write:]), required_response=tuple(criteria["communicate_info"]))),
+               Turn(CONFIRMATION, tuple(actions[first_write:]))),
         metadata={"checker": "tau2", "tau2_id": doc["id"], "user_scenario": doc["user_scenario"],
                   "actions": [a.to_json() for a in actions], "communicate_info": list(criteria["communicate_info"]),
                   "reward_basis": list(criteria["reward_basis"])})
