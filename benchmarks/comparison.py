@@ -217,6 +217,7 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
     prune(run_dir, args.steps)
     short, full = validation(evals)
     result = {"arm": arm, "seed": seed, "steps": args.steps, "settings": settings_key(args),
+              "attempts": attempt + 1,  # train_s and wall_s are the last attempt's
               "train_s": round(train_s, 1), "wall_s": round(time.time() - t0, 1),
               "run_dir": str(run_dir.relative_to(args.out.resolve())),
               "validation": short, "evaluation": full, "train": train}
