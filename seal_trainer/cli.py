@@ -147,11 +147,16 @@ def launch(cfg) -> None:
         release_sandboxes()
 
 
-def _check_sandbox_backend(cfg) -> None:
-    """Fail before minutes of model preparation when the Docker daemon the envs need is not there."""
+def _uses_docker(cfg) -> bool:
     from seal_trainer.config import seal_config_from
 
-    if seal_config_from(cfg).env.sandbox not in (None, "docker"):
+    return seal_config_from(cfg).env.sandbox in (None, "docker")
+
+
+def _check_sandbox_backend(cfg) -> None:
+    """Fail before minutes of model preparation when the Docker daemon the envs need is not there (a local Ray
+    instance: this machine's; on a cluster ``join_cluster`` asks every node)."""
+    if not _uses_docker(cfg):
         return
     from seal_envs.sandbox.docker import docker_client
     from seal_envs.sandbox.base import SandboxError
@@ -251,12 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     t0 = time.time()
-    from seal_trainer.cluster import ClusterError, join_cluster
+    from seal_trainer.cluster import ClusterError, cluster_address, join_cluster
 
     try:
         check_config(cfg)
-        _check_sandbox_backend(cfg)
-        address = join_cluster(cfg)  # RAY_ADDRESS / ray_kwargs.ray_init.address: checked before minutes of preparation
+        if cluster_address(cfg) is None:
+            _check_sandbox_backend(cfg)
+        # RAY_ADDRESS / ray_kwargs.ray_init.address: checked before minutes of preparation
+        address = join_cluster(cfg, docker=_uses_docker(cfg))
         resolve_auto(cfg)
     except (ValueError, ClusterError) as exc:  # a config or cluster that cannot train: say what to fix
         raise SystemExit(f"seal-train: {exc}") from None
@@ -272,6 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     code = run_child(config_path, log_path, args.verbose)
     if code != 0:
         print(f"[seal] training failed (exit {code}); last lines of {log_path}:\n{_tail(log_path)}", file=sys.stderr)
+        from seal_trainer.cluster import lost_node
+
+        node = lost_node(log_path.read_text(errors="replace"))
+        if node is not None:
+            print(f"[seal] training failed because Ray node {node} died (its raylet or machine was lost); verl does "
+                  "not retry a step: resume from the last checkpoint with trainer.resume_mode=auto (optimizer state "
+                  "in actor_rollout_ref.actor.checkpoint.save_contents)", file=sys.stderr)
         return code
     from seal_trainer.report import plot_run, summary
 

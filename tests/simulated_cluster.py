@@ -43,10 +43,11 @@ class SimNode:
         """SEAL sandbox containers on this node's daemon, running or exited."""
         return self.client().api.containers(all=True, filters={"label": [SANDBOX_LABEL]})
 
-    def sandboxes_created_since(self, since: float) -> int:
+    def sandboxes_created(self, since: float) -> set[str]:
+        """Ids of the SEAL sandbox containers this node's daemon created since ``since`` (a time.time())."""
         events = self.client().events(since=int(since), until=int(time.time()) + 1, decode=True,
                                       filters={"type": "container", "event": "create", "label": SANDBOX_LABEL})
-        return sum(1 for _ in events)
+        return {event["id"] for event in events}
 
 
 class SimulatedCluster:
