@@ -223,8 +223,9 @@ def _docker_here() -> str | None:
     return None
 
 
-# Ray's words for work lost with its node: an actor's (ActorDiedError) and a task's
-_NODE_DIED = re.compile(r"The actor died because its node has died\. Node Id: (\w+)"
+# Ray's words for a lost node: the GCS's (forwarded by the raylets), an actor's (ActorDiedError), a task's
+_NODE_DIED = re.compile(r"The node with node id: (\w+) and address: \S+ and node name: \S+ has been marked dead"
+                        r"|The actor died because its node has died\. Node Id: (\w+)"
                         r"|Task failed because the node it was running on is dead or unavailable\. Node IP: [^,]*, "
                         r"node ID: (\w+)")
 
@@ -232,7 +233,7 @@ _NODE_DIED = re.compile(r"The actor died because its node has died\. Node Id: (\
 def lost_node(log: str) -> str | None:
     """The id of the Ray node whose death failed the run, as its log (verl's and Ray's output) names it."""
     found = _NODE_DIED.search(log)
-    return (found.group(1) or found.group(2)) if found else None
+    return next(node for node in found.groups() if node) if found else None
 
 
 def release_sandboxes(timeout_s: float = 60.0) -> dict[str, int]:

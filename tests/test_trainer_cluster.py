@@ -96,6 +96,9 @@ def test_a_lost_node_is_named_from_rays_words():
              "\tclass_name: AgentLoopWorker\nThe actor died because its node has died. Node Id: 3f2a9c\n")
     task = ("Task failed because the node it was running on is dead or unavailable. Node IP: 10.0.0.3, node ID: "
             "77ab01. This can happen if the node was preempted")
+    gcs = ("\x1b[33m(raylet)\x1b[0m The node with node id: 9e01ff and address: 192.0.2.2 and node name: 192.0.2.2 has "
+           "been marked dead because the detector has missed too many heartbeats from it.")
+    assert lost_node("step 3\n" + gcs + "\nray.exceptions.ActorUnavailableError: ...") == "9e01ff"
     assert lost_node("step 3\n" + actor) == "3f2a9c"
     assert lost_node(task) == "77ab01"
     assert lost_node("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation "
