@@ -187,14 +187,17 @@ _RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*
 
 def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
     """Train in a child process; everything it prints goes to ``log_path``, SEAL's lines also to the console."""
+    from seal_trainer.cluster import oom_kills
+
     cmd = [sys.executable, "-m", "seal_trainer.cli", "--run-resolved", str(config_path)]
-    last_shown, lines, done = [time.monotonic()], [0], threading.Event()
+    last_shown, lines, killed, done = [time.monotonic()], [0], [0], threading.Event()
 
     def heartbeat() -> None:  # a CPU step can take many minutes of rollouts: show that the run is alive
         while not done.wait(HEARTBEAT_S):
             if time.monotonic() - last_shown[0] >= HEARTBEAT_S and not verbose:
+                oom = f"; Ray killed {killed[0]} worker(s) for lack of memory" if killed[0] else ""
                 print(f"[seal] still running: {time.monotonic() - last_shown[0]:.0f} s since the last step line, "
-                      f"{lines[0]} lines of verl/Ray output so far ({log_path})", flush=True)
+                      f"{lines[0]} lines of verl/Ray output so far ({log_path}){oom}", flush=True)
 
     with open(log_path, "w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                       text=True, errors="replace", bufsize=1) as child:
@@ -204,6 +207,13 @@ def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
                 log.write(line)
                 lines[0] += 1
                 text = _RAY_PREFIX.sub("", line)
+                kills = oom_kills(text)
+                if kills and not killed[0]:  # Ray retries what it killed without end: the run may stall, say why
+                    print(f"[seal] Ray's memory monitor killed {kills[0]} worker(s) of this run on node {kills[1]}: "
+                          "the machine's memory in use is above Ray's threshold (whoever holds it), and Ray retries "
+                          "such tasks without end, so the run waits until memory is freed; free memory, or start Ray "
+                          "with a higher RAY_memory_usage_threshold", flush=True)
+                killed[0] += kills[0] if kills else 0
                 if verbose:
                     sys.stdout.write(line)
                 elif text.startswith("[seal]"):

@@ -15,7 +15,9 @@ takes one Ray ``GPU`` slot per worker (the CPU shims' fake GPU): start the node 
 whether its processes reach a Docker daemon (``DOCKER_HOST`` of that node's ``ray start``): the driver's daemon
 says nothing about theirs, and a node without one would fail each of its episodes as an infrastructure error.
 
-A run that fails because a node died says so (``lost_node``): verl does not retry the step.
+A run that fails because a node died says so (``lost_node``): verl does not retry the step. A run whose workers
+Ray's memory monitor kills says so while it runs (``oom_kills``): Ray retries a killed task without end, so such
+a run stalls instead of failing.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +179,7 @@ def _episode_nodes() -> dict[str, str]:
             if n.get("Alive") and n["Resources"].get("CPU", 0) > 0}
 
 
-def _on_every_node(fn, nodes: list[str], timeout_s: float) -> dict[str, Any]:
+def _on_every_node(fn: Callable[[], Any], nodes: list[str], timeout_s: float) -> dict[str, Any]:
     """``fn()`` once on each of ``nodes`` (0 CPU, no retry); node id -> its result, for the nodes that answered in
     time (a node lost meanwhile, or too slow, is left out)."""
     import ray
@@ -236,6 +238,20 @@ def lost_node(log: str) -> str | None:
     return next(node for node in found.groups() if node) if found else None
 
 
+# the raylet's summary of its memory monitor's kills, forwarded to the driver
+_OOM_KILLS = re.compile(r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\).*?"
+                        r"at node \(ID: (\w+), IP: ([^)]+)\)")
+
+
+def oom_kills(line: str) -> tuple[int, str] | None:
+    """(workers killed, node IP) when ``line`` is a raylet's report that its memory monitor killed this job's
+    workers. Ray does that when the machine's memory in use passes its threshold (95%), whoever holds it (another
+    job, another Ray instance), and retries a killed task without end: verl's first task of a placement group
+    (``get_master_addr_port``) then waits for ever, a run that stalls with no error."""
+    found = _OOM_KILLS.search(line)
+    return (int(found.group(1)), found.group(3)) if found and int(found.group(1)) > 0 else None
+
+
 def release_sandboxes(timeout_s: float = 60.0) -> dict[str, int]:
     """At the end of a run, on every live node: end the agent-loop workers (their sandboxes' owners), then run
     that node's reaper, so that no container outlives the job on any node, whatever ended it (a finished run, a
@@ -291,4 +307,4 @@ def _wait_dead(actors: list, timeout_s: float) -> None:
 
 
 __all__ = ["ClusterError", "ResourceNeeds", "check_cluster", "cluster_address", "join_cluster", "joining_ray_init",
-           "lost_node", "nodes_without_docker", "release_sandboxes"]
+           "lost_node", "nodes_without_docker", "oom_kills", "release_sandboxes"]

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from seal_trainer.cli import compose
 from seal_trainer import cluster
 from seal_trainer.cluster import (ClusterError, ResourceNeeds, check_cluster, cluster_address, joining_ray_init,
-                                  lost_node, nodes_without_docker)
+                                  lost_node, nodes_without_docker, oom_kills)
 
 
 def _node(cpu: float, gpu: float = 0, alive: bool = True, ip: str = "10.0.0.1") -> dict:
@@ -103,3 +103,10 @@ def test_a_lost_node_is_named_from_rays_words():
     assert lost_node(task) == "77ab01"
     assert lost_node("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation "
                      "task, ValueError") is None  # an actor's own error is not a lost node
+
+
+def test_rays_memory_kills_are_read_from_its_summary_line():
+    line = ("(raylet) node_manager.cc:3517: 5 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+            "crashed due to other reasons at node (ID: e73f36, IP: 192.0.2.2) over the last time period.")
+    assert oom_kills(line) == (5, "192.0.2.2")
+    assert oom_kills(line.replace("5 Workers", "0 Workers")) is None and oom_kills("step:3 - reward 0.5") is None
