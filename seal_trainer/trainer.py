@@ -273,9 +273,10 @@ class SealPPOTrainer(PPOTrainerSync):
         for ref in ready:
             try:
                 ray.get(ref)
-            except ray.exceptions.ActorDiedError as exc:
-                raise RuntimeError(f"step {self.global_steps}: an agent-loop worker died, so its episodes will never "
-                                   f"arrive; the step fails instead of waiting for them ({exc})") from exc
+            except ray.exceptions.RayActorError as exc:  # died, or unreachable (never restarted: as good as dead)
+                raise RuntimeError(f"step {self.global_steps}: an agent-loop worker died or cannot be reached (its "
+                                   "node lost?), so its episodes will never arrive; the step fails instead of waiting "
+                                   f"for them ({exc})") from exc
 
     # ------------------------------------------------------------------ closed loop
 

@@ -96,6 +96,12 @@ class SimulatedCluster:
             raise
         return self
 
+    def nodes_hosting(self, actor_class: str) -> set[str]:
+        """Ids of the nodes where a live actor of class ``actor_class`` runs (the GCS's actor table)."""
+        actors = self.cluster.global_state.actor_table(None).values()
+        return {a["Address"]["NodeID"] for a in actors
+                if a["ActorClassName"].rsplit(".", 1)[-1] == actor_class and a["State"] == "ALIVE"}
+
     def kill_node(self, index: int) -> None:
         """Lose a worker node as a machine is lost: its raylet and every process on it killed (its daemon stays)."""
         self.cluster.remove_node(self.nodes[index].ray_node, allow_graceful=False)
