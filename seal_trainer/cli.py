@@ -147,11 +147,16 @@ def launch(cfg) -> None:
         release_sandboxes()
 
 
-def _check_sandbox_backend(cfg) -> None:
-    """Fail before minutes of model preparation when the Docker daemon the envs need is not there."""
+def _uses_docker(cfg) -> bool:
     from seal_trainer.config import seal_config_from
 
-    if seal_config_from(cfg).env.sandbox not in (None, "docker"):
+    return seal_config_from(cfg).env.sandbox in (None, "docker")
+
+
+def _check_sandbox_backend(cfg) -> None:
+    """Fail before minutes of model preparation when the Docker daemon the envs need is not there (a local Ray
+    instance: this machine's; on a cluster ``join_cluster`` asks every node)."""
+    if not _uses_docker(cfg):
         return
     from seal_envs.sandbox.docker import docker_client
     from seal_envs.sandbox.base import SandboxError
@@ -182,14 +187,17 @@ _RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)*\([^)]*pid=\d+[^)]*\)(\x1b\[[0-9;]*
 
 def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
     """Train in a child process; everything it prints goes to ``log_path``, SEAL's lines also to the console."""
+    from seal_trainer.cluster import oom_kills
+
     cmd = [sys.executable, "-m", "seal_trainer.cli", "--run-resolved", str(config_path)]
-    last_shown, lines, done = [time.monotonic()], [0], threading.Event()
+    last_shown, lines, killed, done = [time.monotonic()], [0], [0], threading.Event()
 
     def heartbeat() -> None:  # a CPU step can take many minutes of rollouts: show that the run is alive
         while not done.wait(HEARTBEAT_S):
             if time.monotonic() - last_shown[0] >= HEARTBEAT_S and not verbose:
+                oom = f"; Ray killed {killed[0]} worker(s) for lack of memory" if killed[0] else ""
                 print(f"[seal] still running: {time.monotonic() - last_shown[0]:.0f} s since the last step line, "
-                      f"{lines[0]} lines of verl/Ray output so far ({log_path})", flush=True)
+                      f"{lines[0]} lines of verl/Ray output so far ({log_path}){oom}", flush=True)
 
     with open(log_path, "w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                       text=True, errors="replace", bufsize=1) as child:
@@ -199,6 +207,13 @@ def run_child(config_path: Path, log_path: Path, verbose: bool) -> int:
                 log.write(line)
                 lines[0] += 1
                 text = _RAY_PREFIX.sub("", line)
+                kills = oom_kills(text)
+                if kills and not killed[0]:  # Ray retries what it killed without end: the run may stall, say why
+                    print(f"[seal] Ray's memory monitor killed {kills[0]} worker(s) of this run on node {kills[1]}: "
+                          "the machine's memory in use is above Ray's threshold (whoever holds it), and Ray retries "
+                          "such tasks without end, so the run waits until memory is freed; free memory, or start Ray "
+                          "with a higher RAY_memory_usage_threshold", flush=True)
+                killed[0] += kills[0] if kills else 0
                 if verbose:
                     sys.stdout.write(line)
                 elif text.startswith("[seal]"):
@@ -251,12 +266,14 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     t0 = time.time()
-    from seal_trainer.cluster import ClusterError, join_cluster
+    from seal_trainer.cluster import ClusterError, cluster_address, join_cluster
 
     try:
         check_config(cfg)
-        _check_sandbox_backend(cfg)
-        address = join_cluster(cfg)  # RAY_ADDRESS / ray_kwargs.ray_init.address: checked before minutes of preparation
+        if cluster_address(cfg) is None:
+            _check_sandbox_backend(cfg)
+        # RAY_ADDRESS / ray_kwargs.ray_init.address: checked before minutes of preparation
+        address = join_cluster(cfg, docker=_uses_docker(cfg))
         resolve_auto(cfg)
     except (ValueError, ClusterError) as exc:  # a config or cluster that cannot train: say what to fix
         raise SystemExit(f"seal-train: {exc}") from None
@@ -272,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     code = run_child(config_path, log_path, args.verbose)
     if code != 0:
         print(f"[seal] training failed (exit {code}); last lines of {log_path}:\n{_tail(log_path)}", file=sys.stderr)
+        from seal_trainer.cluster import lost_node
+
+        node = lost_node(log_path.read_text(errors="replace"))
+        if node is not None:
+            print(f"[seal] training failed because Ray node {node} died (its raylet or machine was lost); verl does "
+                  "not retry a step: resume from the last checkpoint with trainer.resume_mode=auto (optimizer state "
+                  "in actor_rollout_ref.actor.checkpoint.save_contents)", file=sys.stderr)
         return code
     from seal_trainer.report import plot_run, summary
 

@@ -11,17 +11,24 @@ verl's placement groups, ``trainer.nnodes`` nodes with ``trainer.n_gpus_per_node
 CPUs per GPU, plus TransferQueue's actors) with the cluster's nodes. A shortfall is an error that says what is
 missing; unchecked, verl would wait for its placement groups for ever. On a CPU-only cluster the trainer still
 takes one Ray ``GPU`` slot per worker (the CPU shims' fake GPU): start the node that should train with
-``ray start --num-gpus=1``.
+``ray start --num-gpus=1``. With Docker sandboxes it also asks every node that can host agent-loop workers
+whether its processes reach a Docker daemon (``DOCKER_HOST`` of that node's ``ray start``): the driver's daemon
+says nothing about theirs, and a node without one would fail each of its episodes as an infrastructure error.
+
+A run that fails because a node died says so (``lost_node``): verl does not retry the step. A run whose workers
+Ray's memory monitor kills says so while it runs (``oom_kills``): Ray retries a killed task without end, so such
+a run stalls instead of failing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +115,13 @@ class ResourceNeeds:
         return problems
 
 
-def join_cluster(cfg: Any) -> str | None:
-    """Make ``cfg`` join the cluster it names (``joining_ray_init``) once ``check_cluster`` found it fit; returns
-    the address, or None (nothing changed) for a local Ray instance."""
+def join_cluster(cfg: Any, docker: bool = False) -> str | None:
+    """Make ``cfg`` join the cluster it names (``joining_ray_init``) once ``check_cluster`` found it fit (with
+    ``docker``: also every node's Docker daemon); returns the address, or None (nothing changed) for a local Ray
+    instance."""
     address = cluster_address(cfg)
     if address is not None:
-        check_cluster(cfg)
+        check_cluster(cfg, docker=docker)
         joining_ray_init(cfg)
     return address
 
@@ -130,8 +138,9 @@ def _probe(address: str, timeout_s: float) -> None:
                            "head with `ray start --head` or fix ray_kwargs.ray_init.address / RAY_ADDRESS") from None
 
 
-def check_cluster(cfg: Any, connect_timeout_s: float = 10.0) -> None:
-    """Connect to the cluster ``cfg`` names, check it can place the job, disconnect. No-op without an address."""
+def check_cluster(cfg: Any, connect_timeout_s: float = 10.0, docker: bool = False) -> None:
+    """Connect to the cluster ``cfg`` names, check it can place the job (with ``docker``: that every node that can
+    host agent-loop workers reaches a Docker daemon), disconnect. No-op without an address."""
     address = cluster_address(cfg)
     if address is None:
         return
@@ -139,20 +148,108 @@ def check_cluster(cfg: Any, connect_timeout_s: float = 10.0) -> None:
 
     needs = ResourceNeeds.of(cfg)
     _probe(address, connect_timeout_s)
-    try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+    env_vars = ((cfg.get("ray_kwargs") or {}).get("ray_init") or {}).get("runtime_env", {}).get("env_vars") or {}
+    try:  # the job's environment variables: the Docker check sees the nodes as the job's workers will
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False, include_dashboard=False,
+                 runtime_env={"env_vars": {str(k): str(v) for k, v in env_vars.items()}})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ClusterError(f"cannot join the Ray cluster at {address!r} ({exc}); start it with `ray start --head` "
                            "or fix ray_kwargs.ray_init.address / RAY_ADDRESS") from None
     try:
-        problems = needs.shortfalls(ray.nodes(), ray.available_resources())
+        shortfalls = needs.shortfalls(ray.nodes(), ray.available_resources())
+        no_docker = nodes_without_docker() if docker else []
     finally:
         ray.shutdown()
-    if problems:
+    errors = []
+    if shortfalls:
         cpu_hint = (" On CPU, SEAL's trainer takes one Ray GPU slot per worker: start the training node with "
                     "`ray start --num-gpus=1 --num-cpus=8` (or more).") if str(cfg.trainer.device) == "cpu" else ""
-        raise ClusterError(f"the Ray cluster at {address!r} cannot place this job: " + "; ".join(problems)
-                           + "." + cpu_hint)
+        errors.append("cannot place this job: " + "; ".join(shortfalls) + "." + cpu_hint)
+    if no_docker:
+        errors.append("cannot run its sandboxes (seal.env.sandbox=docker): " + "; ".join(no_docker) + ".")
+    if errors:
+        raise ClusterError(f"the Ray cluster at {address!r} " + " It also ".join(errors))
+
+
+def _episode_nodes() -> dict[str, str]:
+    """Node id -> IP of the live nodes verl places agent-loop workers on (round-robin over those with a CPU)."""
+    import ray
+
+    return {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()
+            if n.get("Alive") and n["Resources"].get("CPU", 0) > 0}
+
+
+def _on_every_node(fn: Callable[[], Any], nodes: list[str], timeout_s: float) -> dict[str, Any]:
+    """``fn()`` once on each of ``nodes`` (0 CPU, no retry); node id -> its result, for the nodes that answered in
+    time (a node lost meanwhile, or too slow, is left out)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(fn)
+    pending = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(): node
+               for node in nodes}
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s)
+    answers = {}
+    for ref in ready:
+        try:
+            answers[pending[ref]] = ray.get(ref)
+        except Exception:  # ray's errors for a lost node or a failed task: no answer from that node
+            continue
+    return answers
+
+
+def nodes_without_docker(timeout_s: float = 60.0) -> list[str]:
+    """Why each node that can host agent-loop workers cannot run sandboxes (empty when all reach a daemon). A node
+    that does not answer within ``timeout_s`` is only warned about: a loaded node can be slow to start a worker."""
+    nodes = _episode_nodes()
+    answers = _on_every_node(_docker_here, list(nodes), timeout_s)
+    silent = [f"{nodes[n]} ({n[:8]})" for n in nodes if n not in answers]
+    if silent:
+        logger.warning("could not ask %s whether a Docker daemon runs there (no answer within %.0f s)",
+                       ", ".join(silent), timeout_s)
+    return [f"the processes of node {nodes[n]} ({n[:8]}) reach no Docker daemon ({why}); start one there and give "
+            "that node's `ray start` its DOCKER_HOST (docs/training.md, \"On a Ray cluster\")"
+            for n, why in answers.items() if why]
+
+
+def _docker_here() -> str | None:
+    """None when this process reaches a Docker daemon, else why not (a short line)."""
+    import docker
+
+    from seal_envs.sandbox.docker import DOCKER_FAULTS, daemon_address
+
+    try:
+        docker.from_env(timeout=10).ping()
+    except DOCKER_FAULTS as exc:
+        return f"none answers at {daemon_address()}: {str(exc)[:200]}"
+    return None
+
+
+# Ray's words for a lost node: the GCS's (forwarded by the raylets), an actor's (ActorDiedError), a task's
+_NODE_DIED = re.compile(r"The node with node id: (\w+) and address: \S+ and node name: \S+ has been marked dead"
+                        r"|The actor died because its node has died\. Node Id: (\w+)"
+                        r"|Task failed because the node it was running on is dead or unavailable\. Node IP: [^,]*, "
+                        r"node ID: (\w+)")
+
+
+def lost_node(log: str) -> str | None:
+    """The id of the Ray node whose death failed the run, as its log (verl's and Ray's output) names it."""
+    found = _NODE_DIED.search(log)
+    return next(node for node in found.groups() if node) if found else None
+
+
+# the raylet's summary of its memory monitor's kills, forwarded to the driver
+_OOM_KILLS = re.compile(r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\).*?"
+                        r"at node \(ID: (\w+), IP: ([^)]+)\)")
+
+
+def oom_kills(line: str) -> tuple[int, str] | None:
+    """(workers killed, node IP) when ``line`` is a raylet's report that its memory monitor killed this job's
+    workers. Ray does that when the machine's memory in use passes its threshold (95%), whoever holds it (another
+    job, another Ray instance), and retries a killed task without end: verl's first task of a placement group
+    (``get_master_addr_port``) then waits for ever, a run that stalls with no error."""
+    found = _OOM_KILLS.search(line)
+    return (int(found.group(1)), found.group(3)) if found and int(found.group(1)) > 0 else None
 
 
 def release_sandboxes(timeout_s: float = 60.0) -> dict[str, int]:
@@ -173,24 +270,13 @@ def release_sandboxes(timeout_s: float = 60.0) -> dict[str, int]:
 
 def _release(timeout_s: float) -> dict[str, int]:
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     workers = [ray.get_actor(name) for name in ray.util.list_named_actors() if name.startswith(AGENT_LOOP_WORKER)]
     for worker in workers:
         ray.kill(worker, no_restart=True)
     _wait_dead(workers, timeout_s / 2)
-    reap = ray.remote(num_cpus=0, max_retries=0)(_reap_here)
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-    pending = {reap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(): node
-               for node in nodes}
-    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s / 2)
-    removed = {}
-    for ref in ready:
-        try:
-            removed[pending[ref]] = ray.get(ref)
-        except Exception:  # a node lost meanwhile, or no Docker there: nothing of ours to remove on it
-            continue
-    return removed
+    return _on_every_node(_reap_here, nodes, timeout_s / 2)
 
 
 def _reap_here() -> int:
@@ -221,4 +307,4 @@ def _wait_dead(actors: list, timeout_s: float) -> None:
 
 
 __all__ = ["ClusterError", "ResourceNeeds", "check_cluster", "cluster_address", "join_cluster", "joining_ray_init",
-           "release_sandboxes"]
+           "lost_node", "nodes_without_docker", "oom_kills", "release_sandboxes"]

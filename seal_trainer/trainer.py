@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("SEAL_LOGGING_LEVEL", "INFO"))
 
 TRAINER_MODE = "seal_sync"
+WORKER_CHECK_S = 10.0  # seconds between liveness checks of the agent-loop workers while the step waits for episodes
 STATE_FILE = "seal_state.json"
 
 
@@ -241,6 +242,41 @@ class SealPPOTrainer(PPOTrainerSync):
                            self._refilled_prompts - num_prompts, filter_groups.get("max_num_gen_batches"))
             self._filter_metric, buffer.filter_groups_metric = buffer.filter_groups_metric, None
         return super()._add_prompts_to_generate(num_prompts)
+
+    # ------------------------------------------------------------------ lost workers
+
+    def _build_replay_buffer(self):
+        """verl's replay buffer, whose poll for finished episodes also checks that the agent-loop workers live."""
+        buffer = super()._build_replay_buffer()
+        poll = buffer._wait_for_next_poll
+
+        def poll_while_workers_live(partition_id: str, last_debug_time: float) -> float:
+            self._check_agent_loop_workers()
+            return poll(partition_id, last_debug_time)
+
+        buffer._wait_for_next_poll = poll_while_workers_live
+        return buffer
+
+    def _check_agent_loop_workers(self) -> None:
+        """Fail the step when an agent-loop worker has died (its node lost): verl hands a worker its episodes
+        without waiting and then polls the replay buffer for their results, so a dead worker's episodes never
+        arrive and the step would wait for ever. At most every ``WORKER_CHECK_S``; a slow worker is not dead."""
+        import ray
+
+        now = time.monotonic()
+        if now - getattr(self, "_workers_checked", 0.0) < WORKER_CHECK_S:
+            return
+        self._workers_checked = now
+        workers = getattr(getattr(self, "agent_loop_manager", None), "agent_loop_workers", None) or []
+        refs = [worker.__ray_ready__.remote() for worker in workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=WORKER_CHECK_S)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as exc:  # died, or unreachable (never restarted: as good as dead)
+                raise RuntimeError(f"step {self.global_steps}: an agent-loop worker died or cannot be reached (its "
+                                   "node lost?), so its episodes will never arrive; the step fails instead of waiting "
+                                   f"for them ({exc})") from exc
 
     # ------------------------------------------------------------------ closed loop
 

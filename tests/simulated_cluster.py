@@ -43,10 +43,11 @@ class SimNode:
         """SEAL sandbox containers on this node's daemon, running or exited."""
         return self.client().api.containers(all=True, filters={"label": [SANDBOX_LABEL]})
 
-    def sandboxes_created_since(self, since: float) -> int:
+    def sandboxes_created(self, since: float) -> set[str]:
+        """Ids of the SEAL sandbox containers this node's daemon created since ``since`` (a time.time())."""
         events = self.client().events(since=int(since), until=int(time.time()) + 1, decode=True,
                                       filters={"type": "container", "event": "create", "label": SANDBOX_LABEL})
-        return sum(1 for _ in events)
+        return {event["id"] for event in events}
 
 
 class SimulatedCluster:
@@ -94,6 +95,12 @@ class SimulatedCluster:
             self.__exit__()
             raise
         return self
+
+    def nodes_hosting(self, actor_class: str) -> set[str]:
+        """Ids of the nodes where a live actor of class ``actor_class`` runs (the GCS's actor table)."""
+        actors = self.cluster.global_state.actor_table(None).values()
+        return {a["Address"]["NodeID"] for a in actors
+                if a["ActorClassName"].rsplit(".", 1)[-1] == actor_class and a["State"] == "ALIVE"}
 
     def kill_node(self, index: int) -> None:
         """Lose a worker node as a machine is lost: its raylet and every process on it killed (its daemon stays)."""

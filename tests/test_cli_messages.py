@@ -40,3 +40,20 @@ def test_seal_train_console_says_a_silent_run_is_alive(tmp_path, capsys, monkeyp
     out = capsys.readouterr().out
     assert out.startswith("[seal] step 1") and "[seal] still running: " in out and out.endswith("[seal] done\n")
     assert "verl noise" not in out and "verl noise" in (tmp_path / "train.log").read_text()
+
+
+def test_seal_train_console_says_why_ray_kills_its_workers(tmp_path, capsys, monkeypatch):
+    from seal_trainer import cli
+
+    oom = ("\x1b[33m(raylet)\x1b[0m [2026-12-06 13:07:32,425 E 14022 14022] (raylet) node_manager.cc:3517: 5 Workers "
+           "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
+           "(ID: e73f36, IP: 192.0.2.2) over the last time period.")
+    child = tmp_path / "child"
+    child.write_text(f"#!/bin/sh\necho '[seal] step 1'\necho '{oom}'\necho '{oom}'\nsleep 1.5\n")
+    child.chmod(child.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(cli.sys, "executable", str(child))
+    monkeypatch.setattr(cli, "HEARTBEAT_S", 1.0)
+    assert cli.run_child(tmp_path / "config.yaml", tmp_path / "train.log", verbose=False) == 0
+    out = capsys.readouterr().out
+    assert out.count("[seal] Ray's memory monitor killed 5 worker(s) of this run on node 192.0.2.2") == 1
+    assert "Ray killed 10 worker(s) for lack of memory" in out  # the heartbeat keeps the count

@@ -7,7 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from seal_trainer.cli import compose
-from seal_trainer.cluster import ClusterError, ResourceNeeds, check_cluster, cluster_address, joining_ray_init
+from seal_trainer import cluster
+from seal_trainer.cluster import (ClusterError, ResourceNeeds, check_cluster, cluster_address, joining_ray_init,
+                                  lost_node, nodes_without_docker, oom_kills)
 
 
 def _node(cpu: float, gpu: float = 0, alive: bool = True, ip: str = "10.0.0.1") -> dict:
@@ -70,3 +72,41 @@ def test_an_unreachable_address_is_a_clear_error(cpu_cfg, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing listens on port 1
     with pytest.raises(ClusterError, match="cannot join the Ray cluster at '127.0.0.1:1'"):
         check_cluster(cpu_cfg, connect_timeout_s=2)
+
+
+def test_nodes_without_docker_say_which_and_why(monkeypatch):
+    nodes = {"a" * 56: "10.0.0.1", "b" * 56: "10.0.0.2", "c" * 56: "10.0.0.3"}
+    monkeypatch.setattr(cluster, "_episode_nodes", lambda: nodes)
+    answers = {"a" * 56: None, "b" * 56: "none answers at unix:///var/run/docker.sock: refused"}  # c: silent
+    monkeypatch.setattr(cluster, "_on_every_node", lambda fn, ids, timeout_s: answers)
+    (problem,) = nodes_without_docker()
+    assert "node 10.0.0.2 (bbbbbbbb) reach no Docker daemon (none answers at unix:///var/run/docker.sock" in problem
+    assert "DOCKER_HOST" in problem  # what to fix; a node too slow to answer is only warned about
+    answers.pop("b" * 56)
+    assert nodes_without_docker() == []
+
+
+def test_a_node_without_a_daemon_is_told_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    assert cluster._docker_here().startswith(f"none answers at unix://{tmp_path}/no.sock")
+
+
+def test_a_lost_node_is_named_from_rays_words():
+    actor = ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+             "\tclass_name: AgentLoopWorker\nThe actor died because its node has died. Node Id: 3f2a9c\n")
+    task = ("Task failed because the node it was running on is dead or unavailable. Node IP: 10.0.0.3, node ID: "
+            "77ab01. This can happen if the node was preempted")
+    gcs = ("\x1b[33m(raylet)\x1b[0m The node with node id: 9e01ff and address: 192.0.2.2 and node name: 192.0.2.2 has "
+           "been marked dead because the detector has missed too many heartbeats from it.")
+    assert lost_node("step 3\n" + gcs + "\nray.exceptions.ActorUnavailableError: ...") == "9e01ff"
+    assert lost_node("step 3\n" + actor) == "3f2a9c"
+    assert lost_node(task) == "77ab01"
+    assert lost_node("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation "
+                     "task, ValueError") is None  # an actor's own error is not a lost node
+
+
+def test_rays_memory_kills_are_read_from_its_summary_line():
+    line = ("(raylet) node_manager.cc:3517: 5 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+            "crashed due to other reasons at node (ID: e73f36, IP: 192.0.2.2) over the last time period.")
+    assert oom_kills(line) == (5, "192.0.2.2")
+    assert oom_kills(line.replace("5 Workers", "0 Workers")) is None and oom_kills("step:3 - reward 0.5") is None
