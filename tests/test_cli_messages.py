@@ -49,7 +49,7 @@ def test_seal_train_console_says_why_ray_kills_its_workers(tmp_path, capsys, mon
            "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
            "(ID: e73f36, IP: 192.0.2.2) over the last time period.")
     child = tmp_path / "child"
-    child.write_text(f"#!/bin/sh\necho '[seal] step 1'\necho '{oom}'\necho '{oom}'\nsleep 1.5\n")
+    child.write_text(f"#!/bin/sh\necho '[seal] step 1'\necho '{oom}'\necho '{oom}'\nsleep 3.5\n")  # heartbeat every 1 s: margin on a loaded machine
     child.chmod(child.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(cli.sys, "executable", str(child))
     monkeypatch.setattr(cli, "HEARTBEAT_S", 1.0)
