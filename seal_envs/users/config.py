@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 UserKind = Literal["scripted", "openai", "hf"]
-KINDS: tuple[str, ...] = ("scripted", "openai", "hf")
+KINDS: tuple[str, ...] = get_args(UserKind)
 SCRIPTED_TAU2 = ("offline scripted user (first message from the task's scenario, fixed replies after; not tau2's "
                  "user-simulator protocol)")
 
