@@ -19,7 +19,8 @@ to train on is an error, one smaller than asked for a warning); ``trainer.defaul
 devices the CPU shims (``seal_trainer.cpu``) are switched on.
 
 Ray: ``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address`` joins that cluster (checked first: ``seal_trainer.cluster``);
-otherwise verl starts a local Ray instance.
+otherwise verl starts a local Ray instance of the run's own (``address=local``), whatever other
+clusters run on the machine.
 
 Training runs in a child process (``run_ppo(config, task_runner_class=SealTaskRunner)``) whose whole output
 goes to ``<run dir>/train.log``; the console shows SEAL's lines (one per step, held-out success before and

@@ -117,12 +117,21 @@ class ResourceNeeds:
 
 def join_cluster(cfg: Any, docker: bool = False) -> str | None:
     """Make ``cfg`` join the cluster it names (``joining_ray_init``) once ``check_cluster`` found it fit (with
-    ``docker``: also every node's Docker daemon); returns the address, or None (nothing changed) for a local Ray
-    instance."""
+    ``docker``: also every node's Docker daemon); returns the address, or None for a local Ray instance.
+
+    Without an address the run gets a fresh instance of its own (``address="local"``): a bare ``ray.init()``
+    attaches to the cluster ``ray start`` last left on this machine, another job's, and then refuses the local
+    instance's ``num_cpus``."""
+    from omegaconf import open_dict
+
     address = cluster_address(cfg)
-    if address is not None:
-        check_cluster(cfg, docker=docker)
-        joining_ray_init(cfg)
+    if address is None:
+        with open_dict(cfg):
+            cfg.setdefault("ray_kwargs", {}).setdefault("ray_init", {})
+            cfg.ray_kwargs.ray_init.address = "local"
+        return None
+    check_cluster(cfg, docker=docker)
+    joining_ray_init(cfg)
     return address
 
 

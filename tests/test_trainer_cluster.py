@@ -43,6 +43,15 @@ def test_joining_drops_the_cluster_size_that_ray_refuses(cpu_cfg, monkeypatch):
     assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"  # the CPU shims still reach every worker
 
 
+def test_a_run_without_an_address_starts_its_own_ray_instance(cpu_cfg, monkeypatch):
+    """A bare ray.init() would attach to whatever cluster `ray start` last left on the machine (another job's)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = OmegaConf.create(OmegaConf.to_container(cpu_cfg))
+    assert cluster.join_cluster(cfg) is None
+    assert cfg.ray_kwargs.ray_init.address == "local" and cfg.ray_kwargs.ray_init.num_cpus >= 8
+    assert cluster_address(cfg) is None  # "local" still reads as no cluster to join
+
+
 def test_needs_follow_verl_placement(cpu_cfg):
     needs = ResourceNeeds.of(cpu_cfg)
     assert (needs.nnodes, needs.gpus_per_node, needs.storage_units) == (1, 1, 1)
