@@ -146,12 +146,12 @@ def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
     return result
 
 
-def start_policy(args) -> Path:
-    """The policy every run starts from (the resolved ``actor_rollout_ref.model.path`` of the first run)."""
+def start_policy(run_dir: Path) -> Path:
+    """The policy every run starts from: the resolved ``actor_rollout_ref.model.path`` of the run just trained
+    (the same for every run; an earlier run's folder may hold only its record)."""
     import yaml
 
-    config = args.out / "runs" / run_name(args.arms[0], args.seeds[0]) / "config.yaml"
-    return Path(yaml.safe_load(config.read_text())["actor_rollout_ref"]["model"]["path"])
+    return Path(yaml.safe_load((run_dir / "config.yaml").read_text())["actor_rollout_ref"]["model"]["path"])
 
 
 def validation(evals: dict[int, dict[str, Any]]) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
@@ -211,7 +211,7 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
         raise SystemExit(f"seal-train failed for {arm} seed {seed} (exit {proc.returncode}); restart the script to "
                          f"resume it from its last checkpoint. Logs: {run_dir}\n{tail}")
     train_s = time.time() - t0
-    evals = {0: evaluate(args, start_policy(args), args.out / "heldout" / "step_0.json")}
+    evals = {0: evaluate(args, start_policy(run_dir), args.out / "heldout" / "step_0.json")}
     for step in eval_steps(args.steps, args.eval_every)[1:]:
         evals[step] = evaluate(args, checkpoint_policy(run_dir, step), run_dir / "heldout" / f"step_{step}.json")
     prune(run_dir, args.steps)

@@ -111,6 +111,10 @@ def test_a_finished_run_is_reused_when_the_script_restarts(tmp_path: Path):
     record = {"arm": "full", "seed": 0, "steps": 3, "settings": cmp.settings_key(args), "marker": 1}
     (run_dir / "record.json").write_text(json.dumps(record))
     assert cmp.run_one(args, "full", 0)["marker"] == 1  # no seal-train started: the record is reused
+    later = tmp_path / "runs" / "full_s1"  # a later run finds the start policy in its own config (full_s0 has none)
+    later.mkdir()
+    (later / "config.yaml").write_text("actor_rollout_ref:\n  model:\n    path: /cache/ws\n")
+    assert cmp.start_policy(later) == Path("/cache/ws")
     folders = [run_dir / f"global_step_{s}" / "actor" / sub for s in (1, 3) for sub in ("huggingface", "optim")]
     for folder in folders:
         folder.mkdir(parents=True)
