@@ -359,7 +359,8 @@ def table(agg: dict[str, Any]) -> str:
 
 def finish(args, runs: list[dict[str, Any]], wall: float | None) -> dict[str, Any]:
     agg = aggregate(runs)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings = {k: str(v).replace(str(Path.home()), "~", 1) if isinstance(v, Path) else v  # no machine path
+                for k, v in vars(args).items()}
     doc = {"date": time.strftime("%Y-%m-%d"), "settings": settings, "runs": runs, **agg, "wall_s": wall}
     (args.out / "comparison.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(agg, args.out / "comparison.png", f"{args.title}: {' vs '.join(agg['arms'])}, {args.steps} GRPO steps x "
