@@ -17,7 +17,8 @@ Validation does not run inside training: every run saves a verl checkpoint every
 a Hugging Face folder of the policy), and ``seal_envs.evaluation.heldout`` evaluates each saved policy (and the
 shared starting policy once, step 0) on shop's whole ``eval`` split (24 tasks, ``heldout``) and its 36
 hand-written tasks (``ood``), greedy and ``--eval-samples`` samples per task at the training temperature,
-with standard errors over tasks. Each evaluation is cached next to its checkpoint (``heldout/step_<N>.json``);
+with standard errors over tasks; ``--eval-trained`` adds the tasks the runs train on (``trained``: the
+``--train-file``'s tasks, or shop's training split), which tells learning what was trained on from transfer. Each evaluation is cached next to its checkpoint (``heldout/step_<N>.json``);
 once a finished run is evaluated its checkpoints are removed except the final policy.
 
 Resuming: a run folder holding ``record.json`` (written when its training and evaluation finished) is skipped
@@ -52,7 +53,8 @@ sys.path.insert(0, str(REPO))
 from seal_envs.evaluation.stats import detectable_difference, mean_se, paired_difference  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "comparison"
-SETS = {"heldout": "heldout", "bundled": "ood"}  # comparison.json's names -> seal_envs.evaluation.heldout's sets
+SETS = {"heldout": "heldout", "bundled": "ood", "trained": "trained"}  # comparison.json's names -> the evaluated
+# sets (seal_envs.evaluation.heldout's, and the training tasks with --eval-trained)
 MODES = ("greedy", "sampled")
 TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/profiled_rollouts",
               "seal/w_grad/mean", "seal/interface_version", "actor/grad_norm", "timing_s/step", "timing_s/gen")
@@ -117,13 +119,30 @@ def checkpoint_policy(run_dir: Path, step: int) -> Path:
     return run_dir / f"global_step_{step}" / "actor" / "huggingface"
 
 
+def trained_tasks(train_file: Path | None) -> tuple:
+    """The tasks a training parquet names (its rows' ``seal_task_id``, from their ``seal_tasks`` file or shop's
+    training split), in order; without a file, shop's training split (seal-train's default)."""
+    from seal_envs.spec import load_domain
+    from seal_envs.task import load_tasks
+
+    split = {t.id: t for t in load_domain("shop").split_tasks("train")}
+    if train_file is None:
+        return tuple(split.values())
+    import pandas as pd
+
+    rows = pd.read_parquet(train_file, columns=["seal_task_id", "seal_tasks"])
+    files = {f: {t.id: t for t in load_tasks(Path(f))} for f in set(rows["seal_tasks"]) if f}
+    return tuple((files[f] if f else split)[i] for i, f in dict(zip(rows["seal_task_id"], rows["seal_tasks"])).items())
+
+
 def _evaluate_policy(policy: Path, eval_tasks: int | None, samples: int, temperature: float,
-                     response_budget: int) -> dict[str, Any]:
+                     response_budget: int, trained: tuple) -> dict[str, Any]:
     from dataclasses import replace
 
     from seal_envs.evaluation.heldout import HeldoutSettings, evaluate_model, evaluation_sets
 
-    sets = {name: tasks[:eval_tasks] for name, tasks in evaluation_sets("shop").items()}
+    sets = {name: tasks[:eval_tasks] for name, tasks in
+            {**evaluation_sets("shop"), **({"trained": trained} if trained else {})}.items()}
     settings = HeldoutSettings(samples=samples, temperature=temperature, seed=0,
                                limits=replace(HeldoutSettings().limits, response_budget=response_budget))
     return evaluate_model(policy, sets, settings)
@@ -139,7 +158,8 @@ def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
         result = child.submit(_evaluate_policy, policy, args.eval_tasks, args.eval_samples, args.temperature,
-                              args.response_budget).result()
+                              args.response_budget,
+                              trained_tasks(args.train_file) if args.eval_trained else ()).result()
     print(f"[comparison] {policy}:\n{format_result(result)}", flush=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result, indent=1) + "\n")
@@ -156,10 +176,11 @@ def start_policy(run_dir: Path) -> Path:
 
 def validation(evals: dict[int, dict[str, Any]]) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """comparison.json's ``validation`` (greedy success per set keyed by step) and ``evaluation`` (summaries)."""
+    evaluated = {name: s for name, s in SETS.items() if any(s in doc["sets"] for doc in evals.values())}
     short = {name: {str(step): doc["sets"][s]["greedy"]["mean"] for step, doc in evals.items() if s in doc["sets"]}
-             for name, s in SETS.items()}
+             for name, s in evaluated.items()}
     full = {name: {str(step): {mode: doc["sets"][s][mode] for mode in MODES if mode in doc["sets"][s]}
-                   for step, doc in evals.items() if s in doc["sets"]} for name, s in SETS.items()}
+                   for step, doc in evals.items() if s in doc["sets"]} for name, s in evaluated.items()}
     return short, full
 
 
@@ -227,7 +248,8 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
 
 def settings_key(args) -> dict[str, Any]:
     """What makes two runs of one (arm, seed) the same experiment (a record with other settings is redone)."""
-    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_samples", "eval_tasks", "response_budget", "set")
+    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_samples", "eval_tasks", "eval_trained",
+            "response_budget", "set")
     train_file = str(args.train_file).replace(str(Path.home()), "~", 1) if args.train_file else None
     return {k: getattr(args, k) for k in keys} | {"train_file": train_file}  # no machine path in results
 
@@ -249,10 +271,11 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         curves: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
         for name in SETS:
             for mode in MODES:
-                steps = sorted({int(s) for r in mine for s, doc in r["evaluation"][name].items() if mode in doc})
+                steps = sorted({int(s) for r in mine for s, doc in r["evaluation"].get(name, {}).items()
+                                if mode in doc})
                 curves.setdefault(name, {})[mode] = {
                     str(s): band([r["evaluation"][name][str(s)][mode]["mean"] for r in mine
-                                  if mode in r["evaluation"][name].get(str(s), {})]) for s in steps}
+                                  if mode in r["evaluation"].get(name, {}).get(str(s), {})]) for s in steps}
         steps = sorted({int(s) for r in mine for s in r["train"]})
         per_step = {}
         for s in steps:
@@ -269,7 +292,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def per_task_rates(runs: list[dict[str, Any]], name: str, mode: str, step: str) -> dict[str, float]:
     """Per task, its pass rate averaged over the runs' seeds (the unit of the paired comparison is the task)."""
-    tables = [r["evaluation"][name][step][mode]["per_task"] for r in runs if mode in r["evaluation"][name].get(step, {})]
+    tables = [r["evaluation"][name][step][mode]["per_task"] for r in runs
+              if mode in r["evaluation"].get(name, {}).get(step, {})]
     tasks = set.intersection(*(set(t) for t in tables)) if tables else set()
     return {t: sum(table[t] for table in tables) / len(tables) for t in sorted(tasks)}
 
@@ -301,10 +325,11 @@ def plot(agg: dict[str, Any], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.4))
+    names = [n for n in SETS if any(doc["curves"][n][m] for doc in agg["arms"].values() for m in MODES)]
+    fig, axes = plt.subplots(1, len(names) + 2, figsize=(5 * (len(names) + 2), 4.4))
     for i, (arm, doc) in enumerate(agg["arms"].items()):
         color = f"C{i}"
-        for ax, name in zip(axes[:2], SETS):
+        for ax, name in zip(axes, names):
             for mode, style in zip(MODES, ("-", "--")):
                 curve = doc["curves"][name].get(mode) or {}
                 if not curve:
@@ -316,15 +341,17 @@ def plot(agg: dict[str, Any], path: Path, title: str) -> None:
                 ax.fill_between(xs, [y - e for y, e in zip(ys, se)], [y + e for y, e in zip(ys, se)], color=color,
                                 alpha=0.15)
         steps = [int(s) for s in doc["per_step"]]
-        for ax, key in ((axes[2], "reward"), (axes[3], "informative_share")):
+        for ax, key in ((axes[-2], "reward"), (axes[-1], "informative_share")):
             pts = [(s, p[key]) for s, p in zip(steps, doc["per_step"].values()) if p[key]]
             if pts:
                 xs, ys, se = [s for s, _ in pts], [c["mean"] for _, c in pts], [c["se"] for _, c in pts]
                 ax.plot(xs, ys, marker=".", color=color, label=arm)
                 ax.fill_between(xs, [y - e for y, e in zip(ys, se)], [y + e for y, e in zip(ys, se)], color=color,
                                 alpha=0.15)
-    titles = ("held-out: shop eval split (24 tasks)", "OOD: bundled hand-written shop tasks",
-              "training reward (mean over the step's rollouts)", "GRPO groups with non-zero advantage (share)")
+    set_titles = {"heldout": "held-out: shop eval split (24 tasks)", "bundled": "OOD: bundled hand-written shop tasks",
+                  "trained": "the training tasks (eval mode)"}
+    titles = (*(set_titles[n] for n in names), "training reward (mean over the step's rollouts)",
+              "GRPO groups with non-zero advantage (share)")
     for ax, text in zip(axes, titles):
         ax.set_title(text, fontsize=10)
         ax.set_xlabel("GRPO step")
@@ -345,6 +372,8 @@ def table(agg: dict[str, Any]) -> str:
         for name in SETS:
             for mode in MODES:
                 curve = doc["curves"][name].get(mode) or {}
+                if not curve:
+                    continue
                 cells = "  ".join(f"{s}: {c['mean']:.3f}+-{c['se']:.3f}" for s, c in curve.items())
                 lines.append(f"{arm:16s}{name:9s}{mode:9s}  {cells}")
     lines.append("paired by task (pass rates averaged over seeds), arm minus vanilla at the last evaluated step:")
@@ -382,6 +411,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=5, help="checkpoint and evaluate every N steps")
     p.add_argument("--eval-samples", type=int, default=4, help="sampled episodes per task, besides the greedy one")
     p.add_argument("--eval-tasks", type=int, default=None, help="the first N tasks of each set (default: all)")
+    p.add_argument("--eval-trained", action="store_true",
+                   help="also evaluate on the training tasks (the --train-file's, or shop's training split)")
     p.add_argument("--temperature", type=float, default=0.7, help="of the sampled evaluation (training's)")
     p.add_argument("--response-budget", type=int, default=1024, help="data.max_response_length, also in evaluation")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more seal-train overrides, every run")

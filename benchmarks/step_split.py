@@ -12,8 +12,9 @@ same model, tasks, batch and seed (validation off):
 - ``after``: this tree (one batched, prefix-cached rollout generator; bf16 where the CPU has bf16 units), with
   ``--after-set`` overrides (for example LoRA: ``actor_rollout_ref.model.lora_rank=16``).
 
-It prints verl's per-phase timers (``timing_s/*``), the wall time and the peak resident memory of each run (the
-whole process tree: trainer, Ray workers, rollout server), the rollouts per step and the cost per rollout, plus
+It prints verl's per-phase timers (``timing_s/*``), the wall time and the peak memory of each run (the whole
+process tree: trainer, Ray workers, rollout server; resident sets added up, and proportional set sizes, which
+count a page shared by several processes once), the rollouts per step and the cost per rollout, plus
 the prompt length of a shop episode with the tool schemas rendered as spaced JSON and as compact JSON.
 """
 
@@ -34,19 +35,23 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASES = ["gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step"]
 
 
-def _peak_rss(process: subprocess.Popen, peak: list[int]) -> None:
-    """Sample the resident memory of ``process`` and all its descendants until it exits; the maximum in ``peak``."""
+def _peak_memory(process: subprocess.Popen, peak: dict[str, int]) -> None:
+    """Sample the memory of ``process`` and all its descendants until it exits; the maxima in ``peak``: ``rss``
+    (resident sets added up: each Ray worker counts the shared torch/verl pages it maps again) and ``pss``
+    (proportional set size: a shared page counted once over the processes that map it, so the sum is what the
+    tree takes from the machine)."""
     import psutil
 
     root = psutil.Process(process.pid)
     while process.poll() is None:
-        total = 0
+        rss = pss = 0
         for proc in [root, *root.children(recursive=True)]:
             try:
-                total += proc.memory_info().rss
+                info = proc.memory_full_info()
             except psutil.Error:
-                pass
-        peak[0] = max(peak[0], total)
+                continue
+            rss, pss = rss + info.rss, pss + info.pss
+        peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
         time.sleep(0.5)
 
 
@@ -56,10 +61,10 @@ def run_arm(name: str, tree: Path, overrides: list[str], workdir: Path, extra_en
            "trainer.test_freq=-1", f"trainer.default_local_dir={run_dir}", f"trainer.experiment_name=split_{name}",
            *overrides]
     env = {**os.environ, "PYTHONPATH": str(tree), **extra_env}
-    t0, peak = time.time(), [0]
+    t0, peak = time.time(), {"rss": 0, "pss": 0}
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir,
                           env=env) as process:
-        sampler = threading.Thread(target=_peak_rss, args=(process, peak), daemon=True)
+        sampler = threading.Thread(target=_peak_memory, args=(process, peak), daemon=True)
         sampler.start()
         stdout, stderr = process.communicate()
         sampler.join()
@@ -75,7 +80,7 @@ def run_arm(name: str, tree: Path, overrides: list[str], workdir: Path, extra_en
     step = timing.get("step")
     return {"wall_s": round(wall, 1), "timing_s": timing, "rollouts": rollouts,
             "step_s_per_rollout": round(step / rollouts, 2) if step and rollouts else None,
-            "peak_rss_gb": round(peak[0] / 2**30, 2), **lengths}
+            "peak_rss_gb": round(peak["rss"] / 2**30, 2), "peak_pss_gb": round(peak["pss"] / 2**30, 2), **lengths}
 
 
 def prompt_tokens(model: str) -> dict[str, int]:
@@ -135,7 +140,7 @@ def main(argv=None) -> int:
         ratio = f"{row[0] / row[1]:8.1f}x" if all(row) else "        -"
         print(f"{phase:16s}" + "".join(f"{v:10.1f}" if v is not None else f"{'-':>10s}" for v in row) + ratio)
     for key, label in (("wall_s", "wall (s)"), ("rollouts", "rollouts"), ("step_s_per_rollout", "step s/rollout"),
-                       ("peak_rss_gb", "peak RSS (GB)")):
+                       ("peak_rss_gb", "peak RSS (GB)"), ("peak_pss_gb", "peak PSS (GB)")):
         print(f"{label:16s}" + "".join(f"{results[a][key]:10}" for a in arms))
     print(f"shop prompt tokens: spaced JSON {results['prompt_tokens']['spaced']}, "
           f"compact {results['prompt_tokens']['compact']}")

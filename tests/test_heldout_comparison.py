@@ -122,3 +122,27 @@ def test_a_finished_run_is_reused_when_the_script_restarts(tmp_path: Path):
     assert [f.exists() for f in folders] == [False, False, True, False]  # only the final policy stays
     other = cmp.parse(["--out", str(tmp_path), "--steps", "3", "--eval-samples", "8"])
     assert cmp.finished_record(other, run_dir) is None and not run_dir.exists()  # other settings: afresh, never mixed
+
+
+def test_the_trained_tasks_are_those_the_training_file_names_and_get_their_own_curve(tmp_path: Path):
+    from seal_envs.spec import load_domain
+    from seal_envs.task import write_tasks
+    from seal_trainer.data import task_rows, write_rows
+
+    cmp = _comparison()
+    split = list(load_domain("shop").split_tasks("train"))
+    assert [t.id for t in cmp.trained_tasks(None)] == [t.id for t in split]  # seal-train's default data
+    kept = [split[5], split[2]]
+    tasks_file = write_tasks(kept, tmp_path / "train_tasks.json")
+    write_rows(task_rows(kept, domain="shop", mode="train", tasks_path=str(tasks_file)), tmp_path / "train.parquet")
+    assert [t.id for t in cmp.trained_tasks(tmp_path / "train.parquet")] == [split[5].id, split[2].id]
+
+    with_trained = _evaluation({"t0": 0.5})
+    with_trained["sets"]["trained"] = with_trained["sets"]["heldout"]
+    short, full = cmp.validation({0: with_trained, 5: with_trained})
+    assert short["trained"] == {"0": 0.5, "5": 0.5} and "sampled" in full["trained"]["5"]
+    assert "trained" not in cmp.validation({0: _evaluation({"t0": 0.5})})[0]  # comparison.json keeps its shape
+    agg = cmp.aggregate([{"arm": "vanilla", "seed": 0, "steps": 5, "validation": short, "evaluation": full,
+                          "train": {}}])
+    assert agg["arms"]["vanilla"]["curves"]["trained"]["greedy"]["5"]["mean"] == 0.5
+    assert "vanilla         trained  greedy" in cmp.table(agg)
