@@ -7,7 +7,8 @@ this tree's (requests decoded together), side by side in one invocation, on the 
 ``--before``: the repository at an older commit (e.g. ``git archive <commit> | tar -x -C DIR``); its
 ``seal_trainer.cpu.HFRolloutServerImpl`` is imported from there in a child process. Prints the wall time of
 the 16 requests per server and dtype, the CPU time the server process spent on them (less sensitive than wall
-time to other work on a shared machine), the generated tokens, and the peak RSS of each child.
+time to other work on a shared machine), the generated tokens, the peak RSS of each child, and its memory (PSS)
+after the requests and after ``sleep()``, which verl calls between generation and the actor update.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import asyncio, json, resource, sys, time
 import gymnasium as gym
+import psutil
 from transformers import AutoTokenizer
 from seal_envs.tool_template import chat_prompt_ids, ensure_tool_template
 from seal_trainer.cpu import HFRolloutServerImpl
@@ -50,8 +52,14 @@ async def main():
                                   for i, p in enumerate(prompts) for s in range(samples)])
     return time.perf_counter() - t0, cpu_s() - c0, outs
 
+def pss_mb():
+    return psutil.Process().memory_full_info().pss // 2**20
+
 wall, cpu, outs = asyncio.run(main())
+after_requests = pss_mb()
+asyncio.run(server.sleep())
 print(json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "requests": len(outs),
+                  "pss_mb_after_requests": after_requests, "pss_mb_after_sleep": pss_mb(),
                   "prompt_tokens": [len(p) for p in prompts],
                   "generated_tokens": sum(len(o.token_ids) for o in outs),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
@@ -86,7 +94,8 @@ def main(argv=None) -> int:
     for name, r in results.items():
         print(f"{name:16s} wall {r['wall_s']:7.1f} s ({base['wall_s'] / r['wall_s']:.1f}x), CPU {r['cpu_s']:7.1f} s "
               f"({base['cpu_s'] / r['cpu_s']:.1f}x) for {r['requests']} requests ({r['generated_tokens']} tokens, "
-              f"prompts {r['prompt_tokens']}), peak RSS {r['peak_rss_mb']} MB")
+              f"prompts {r['prompt_tokens']}), peak RSS {r['peak_rss_mb']} MB, PSS {r['pss_mb_after_requests']} MB "
+              f"after the requests -> {r['pss_mb_after_sleep']} MB after sleep()")
     return 0
 
 

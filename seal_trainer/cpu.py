@@ -21,6 +21,8 @@ unit, the ``hf`` rollout, no torch.compile, fp32 weights computing in bf16 where
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import os
 from contextlib import contextmanager
@@ -358,9 +360,17 @@ class HFRolloutServerImpl:
         print(f"rollout server (totals at policy version {self.global_steps}): {self.stats()}", flush=True)  # train.log
         return len(loaded)
 
+    async def sleep(self):
+        """verl sleeps the rollout replicas between generation and the actor update (``on_sample_end``). The stored
+        keys/values and the pages the allocator kept from the batches' freed tensors go back to the OS here, so the
+        update has that memory; the weights stay (the next sync overwrites them), and the cache would be stale
+        after that sync anyway."""
+        with self.queue.lock:
+            self.generator.clear()
+        _return_freed_memory()
+
     # Control methods the replica/checkpoint manager call; nothing to do for an in-memory HF model.
     async def wake_up(self): return None
-    async def sleep(self): return None
     async def abort_all_requests(self, reject_request: bool = False): return None
     async def resume_generation(self): return None
     async def clear_kv_cache(self): return None
@@ -375,6 +385,16 @@ class HFRolloutServerImpl:
                 "reused_tokens": gen.reused_tokens, "generated_tokens": gen.generated_tokens,
                 "batches": self.queue.batches, "cache_bytes": gen.cache.nbytes, "decode_steps": gen.decode_steps,
                 "joins": gen.joins, **{f"{k}_s": round(v, 1) for k, v in gen.seconds.items()}}
+
+
+def _return_freed_memory() -> None:
+    """Hand the pages of freed tensors back to the OS: glibc keeps freed blocks below its mmap threshold (a row's
+    keys/values of one layer are ~1.5 MB) in its arenas, where the process still holds them."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
+        pass
 
 
 def _register_rollout() -> None:

@@ -173,3 +173,19 @@ def test_a_merged_lora_update_changes_the_rollout_policy(model_path):
     changed = [k for k in base if not server.model.state_dict()[k].equal(base[k])]
     assert changed and all(any(m in k for m in ("q_proj", "v_proj", "down_proj")) for k in changed)
     assert _greedy(server, prompt) != before
+
+
+def test_sleep_frees_the_stored_keys_and_values_and_generation_goes_on_unchanged(model_path):
+    """verl sleeps the replicas before the actor update: the server keeps no stored keys/values through it."""
+    import asyncio
+
+    from seal_trainer.cpu import HFRolloutServerImpl
+
+    server = HFRolloutServerImpl(model_path, 64)
+    prompt = list(range(10, 60))
+    first = _greedy(server, prompt)
+    gen = server.generator
+    assert gen.cache.nbytes > 0  # what a step's generation leaves behind
+    asyncio.run(server.sleep())
+    assert gen.cache.nbytes == 0
+    assert _greedy(server, prompt) == first  # prefilled anew, the same policy
