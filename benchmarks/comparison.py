@@ -27,7 +27,8 @@ when the script starts again with the same settings; a run killed mid-way restar
 
 Outputs under ``--out``: ``runs/<arm>_s<seed>/`` (seal-train's run folders), ``comparison.json``
 (``runs[]`` with ``arm``, ``seed``, ``steps``, ``validation.heldout`` / ``validation.bundled``: greedy success
-keyed by step, ``evaluation``: the full summaries, ``train``: per-step figures; per arm the curves with
+keyed by step, ``evaluation``: the full summaries, ``train``: per-step figures, ``train_by_task``: each training
+task's reward per step; per arm the curves with
 standard errors over seeds; the paired SEAL - vanilla difference by task with its 95% interval) and
 ``comparison.png`` (learning curves per arm with standard-error bands, training reward, informative groups).
 """
@@ -113,6 +114,22 @@ def train_record(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             train[step]["labels"] = {k.rsplit("/", 1)[1]: float(v) for k, v in data.items()
                                      if k.startswith("seal/label_share/")}
     return train
+
+
+def task_rewards(run_dir: Path, tasks: tuple) -> dict[str, dict[str, float]]:
+    """Per step, each training task's mean reward over that step's rollouts (``rollouts/<step>.jsonl``, which
+    names no task: a rollout belongs to the one task whose first user message its prompt holds)."""
+    firsts = {t.id: t.turns[0].user for t in tasks}
+    out: dict[str, dict[str, float]] = {}
+    for path in sorted((run_dir / "rollouts").glob("*.jsonl"), key=lambda f: int(f.stem)):
+        scores: dict[str, list[float]] = {}
+        for line in path.read_text().splitlines():
+            rollout = json.loads(line)
+            owners = [i for i, text in firsts.items() if text in rollout["input"]]
+            if len(owners) == 1:
+                scores.setdefault(owners[0], []).append(float(rollout["score"]))
+        out[path.stem] = {i: round(sum(v) / len(v), 4) for i, v in scores.items()}
+    return out
 
 
 def checkpoint_policy(run_dir: Path, step: int) -> Path:
@@ -241,7 +258,8 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
               "attempts": attempt + 1,  # train_s and wall_s are the last attempt's
               "train_s": round(train_s, 1), "wall_s": round(time.time() - t0, 1),
               "run_dir": str(run_dir.relative_to(args.out.resolve())),
-              "validation": short, "evaluation": full, "train": train}
+              "validation": short, "evaluation": full, "train": train,
+              "train_by_task": task_rewards(run_dir, trained_tasks(args.train_file))}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 

@@ -136,6 +136,12 @@ def test_the_trained_tasks_are_those_the_training_file_names_and_get_their_own_c
     tasks_file = write_tasks(kept, tmp_path / "train_tasks.json")
     write_rows(task_rows(kept, domain="shop", mode="train", tasks_path=str(tasks_file)), tmp_path / "train.parquet")
     assert [t.id for t in cmp.trained_tasks(tmp_path / "train.parquet")] == [split[5].id, split[2].id]
+    rollouts = tmp_path / "run" / "rollouts"  # verl's rollout dump names no task: the prompt tells
+    rollouts.mkdir(parents=True)
+    (rollouts / "1.jsonl").write_text("".join(
+        json.dumps({"input": f"<|im_start|>user\n{task.turns[0].user}<|im_end|>", "score": score}) + "\n"
+        for task, score in ((kept[0], 1.0), (kept[0], 0.0), (kept[1], 1.0))))
+    assert cmp.task_rewards(tmp_path / "run", tuple(kept)) == {"1": {kept[0].id: 0.5, kept[1].id: 1.0}}
 
     with_trained = _evaluation({"t0": 0.5})
     with_trained["sets"]["trained"] = with_trained["sets"]["heldout"]
