@@ -366,7 +366,7 @@ def plot(agg: dict[str, Any], path: Path, title: str) -> None:
                 ax.plot(xs, ys, marker=".", color=color, label=arm)
                 ax.fill_between(xs, [y - e for y, e in zip(ys, se)], [y + e for y, e in zip(ys, se)], color=color,
                                 alpha=0.15)
-    set_titles = {"heldout": "held-out: shop eval split (24 tasks)", "bundled": "OOD: bundled hand-written shop tasks",
+    set_titles = {"heldout": "held-out: shop eval split", "bundled": "OOD: bundled hand-written shop tasks",
                   "trained": "the training tasks (eval mode)"}
     titles = (*(set_titles[n] for n in names), "training reward (mean over the step's rollouts)",
               "GRPO groups with non-zero advantage (share)")
