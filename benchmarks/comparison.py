@@ -18,8 +18,9 @@ a Hugging Face folder of the policy), and ``seal_envs.evaluation.heldout`` evalu
 shared starting policy once, step 0) on shop's whole ``eval`` split (24 tasks, ``heldout``) and its 36
 hand-written tasks (``ood``), greedy and ``--eval-samples`` samples per task at the training temperature,
 with standard errors over tasks; ``--eval-trained`` adds the tasks the runs train on (``trained``: the
-``--train-file``'s tasks, or shop's training split), which tells learning what was trained on from transfer. Each evaluation is cached next to its checkpoint (``heldout/step_<N>.json``);
-once a finished run is evaluated its checkpoints are removed except the final policy.
+``--train-file``'s tasks, or shop's training split), which tells learning what was trained on from transfer.
+Each evaluation is cached next to its checkpoint (``heldout/step_<N>.json``); once a finished run is evaluated
+its checkpoints are removed except the final policy.
 
 Resuming: a run folder holding ``record.json`` (written when its training and evaluation finished) is skipped
 when the script starts again with the same settings; a run killed mid-way restarts from its last checkpoint
