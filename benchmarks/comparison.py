@@ -166,8 +166,9 @@ def _evaluate_policy(policy: Path, eval_tasks: int | None, samples: int, tempera
     return evaluate_model(policy, sets, settings)
 
 
-def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
-    """The held-out evaluation of one policy, cached at ``cache`` (a restarted script does not redo it). It runs in
+def evaluate(args, policy: Path, cache: Path, trained: tuple) -> dict[str, Any]:
+    """The held-out evaluation of one policy (with ``--eval-trained`` also on ``trained``, the run's training tasks),
+    cached at ``cache`` (a restarted script does not redo it). It runs in
     a child process: the model and its caches (about 13 GB for SmolLM2) go back to the OS before the next training
     run starts, which otherwise shares the machine with them (Ray's memory monitor killed one such run)."""
     if cache.exists():
@@ -176,8 +177,7 @@ def evaluate(args, policy: Path, cache: Path) -> dict[str, Any]:
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
         result = child.submit(_evaluate_policy, policy, args.eval_tasks, args.eval_samples, args.temperature,
-                              args.response_budget,
-                              trained_tasks(args.train_file) if args.eval_trained else ()).result()
+                              args.response_budget, trained if args.eval_trained else ()).result()
     print(f"[comparison] {policy}:\n{format_result(result)}", flush=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result, indent=1) + "\n")
@@ -250,9 +250,11 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
         raise SystemExit(f"seal-train failed for {arm} seed {seed} (exit {proc.returncode}); restart the script to "
                          f"resume it from its last checkpoint. Logs: {run_dir}\n{tail}")
     train_s = time.time() - t0
-    evals = {0: evaluate(args, start_policy(run_dir), args.out / "heldout" / "step_0.json")}
+    trained = trained_tasks(args.train_file)
+    evals = {0: evaluate(args, start_policy(run_dir), args.out / "heldout" / "step_0.json", trained)}
     for step in eval_steps(args.steps, args.eval_every)[1:]:
-        evals[step] = evaluate(args, checkpoint_policy(run_dir, step), run_dir / "heldout" / f"step_{step}.json")
+        evals[step] = evaluate(args, checkpoint_policy(run_dir, step), run_dir / "heldout" / f"step_{step}.json",
+                               trained)
     prune(run_dir, args.steps)
     short, full = validation(evals)
     result = {"arm": arm, "seed": seed, "steps": args.steps, "settings": settings_key(args),
@@ -260,7 +262,7 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
               "train_s": round(train_s, 1), "wall_s": round(time.time() - t0, 1),
               "run_dir": str(run_dir.relative_to(args.out.resolve())),
               "validation": short, "evaluation": full, "train": train,
-              "train_by_task": task_rewards(run_dir, trained_tasks(args.train_file))}
+              "train_by_task": task_rewards(run_dir, trained)}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
