@@ -13,7 +13,7 @@ is harmless anywhere:
 ``activate()`` turns CPU mode on for this process and the Ray workers it starts: ``VERL_PLATFORM=cpu``,
 ``VERL_ENGINE_DEVICE=cpu`` (the CPU platform registers verl's FSDP engines for ``cpu``, the language model's as
 ``seal_trainer.shared_prefix.SharedPrefixEngine``: a group's prompt goes forward once, logits only where the loss
-reads them, no compute for zero-advantage rows), and ``cpu_overrides()`` gives the config changes: FSDP2 with ``attn_implementation=sdpa``, one fake
+reads them, no compute for zero-advantage rows), and ``cpu_overrides()`` gives the config changes: FSDP2 with sdpa attention (block-wise in packed updates), one fake
 Ray GPU (``ray_init.num_gpus=1``) so placement groups resolve, the core count (at least 8 slots), one TransferQueue storage
 unit, the ``hf`` rollout, no torch.compile, fp32 weights computing in bf16 where the CPU has bf16 units (else fp32).
 """
@@ -33,6 +33,7 @@ import torch
 
 from seal_envs.evaluation.batch_generate import GenerationQueue, Sampling, compute_dtype, model_generator
 from seal_envs.prefix_cache import DEFAULT_MAX_BYTES
+from seal_trainer.shared_prefix import PACKED_ATTENTION
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def cpu_overrides(num_cpus: int | None = None) -> list[str]:
         f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={compute}",
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.ref.use_torch_compile=False",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        f"+actor_rollout_ref.model.override_config.attn_implementation={PACKED_ATTENTION}",
         "actor_rollout_ref.model.use_remove_padding=False",
     ]
 

@@ -7,7 +7,10 @@ the model separately and computes the full-vocabulary logits at every position, 
   engine ignores): the rows of a micro-batch that share a prompt become one packed sequence, the prompt once and
   each response after it, with an attention mask under which every response sees the prompt and itself only and
   position ids that continue the prompt's. Attention and every layer's output per response are exactly those of
-  the separate sequence, so log-probs, loss and gradients are the per-sample ones (up to summation order);
+  the separate sequence, so log-probs, loss and gradients are the per-sample ones (up to summation order).
+  Attention runs block by block (``segment_attention``: the prompt causally on itself once, each response on the
+  prompt's keys and its own) rather than dense under the mask, which would compute every query-key pair of the
+  packed group, other responses' included: 2.2x less attention time at a shop group's shape;
 - **logits where the loss reads them**: the LM head runs only at the positions that predict a response token with
   ``response_mask`` 1 (``logits_to_keep``); other positions get the rollout's old log-prob (ratio 1) or 0;
 - **no update compute for rows with zero advantage**: with the vanilla policy loss, no KL loss and no entropy term
@@ -33,18 +36,31 @@ logger = logging.getLogger(__name__)
 
 PREFIX_FLAG = "use_prefix_grouper"
 SKIP_FLAG = "skip_zero_advantage_rows"
+PACKED_ATTENTION = "seal_packed_sdpa"  # the actor's attn_implementation on CPU (``cpu_overrides``)
+SEGMENTS_KWARG = "seal_packed_segments"  # how a packed forward hands its segments to ``PACKED_ATTENTION``
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens ``start:end`` of a packed sequence: a prompt (``prompt`` None), which attends causally to itself, or a
+    response, which attends to its prompt's tokens ``prompt[0]:prompt[1]`` and causally to itself."""
+
+    start: int
+    end: int
+    prompt: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
 class PackedRows:
     """Several rows (prompt + response token sequences) as one sequence in which each shared prompt appears once.
 
-    ``index[r][t]`` is where row ``r``'s token ``t`` sits in the packed sequence."""
+    ``index[r][t]`` is where row ``r``'s token ``t`` sits in the packed sequence; ``segments`` tile it in order."""
 
     input_ids: torch.Tensor      # (T,)
     position_ids: torch.Tensor   # (T,)
     attention_mask: torch.Tensor  # (T, T) bool, True: may attend
     index: list[torch.Tensor]
+    segments: tuple[Segment, ...]
 
 
 def pack_rows(input_ids: Sequence[torch.Tensor], position_ids: Sequence[torch.Tensor],
@@ -53,13 +69,16 @@ def pack_rows(input_ids: Sequence[torch.Tensor], position_ids: Sequence[torch.Te
     ``share_prompts``). A token may attend to an earlier-positioned token of its own segment or of its group's
     prompt, never to another response or another group."""
     prompt_at: dict[tuple, torch.Tensor] = {}  # prompt key -> where that prompt sits in the packed sequence
-    ids, pos, group_of, seg_of, index = [], [], [], [], []
+    ids, pos, group_of, seg_of, index, segments = [], [], [], [], [], []
     offset = 0
 
-    def append(tokens: torch.Tensor, positions: torch.Tensor, group: int, segment: int) -> torch.Tensor:
+    def append(tokens: torch.Tensor, positions: torch.Tensor, group: int, segment: int,
+               prompt: tuple[int, int] | None) -> torch.Tensor:
         nonlocal offset
         ids.append(tokens), pos.append(positions)
         group_of.append(torch.full((len(tokens),), group)), seg_of.append(torch.full((len(tokens),), segment))
+        if len(tokens):
+            segments.append(Segment(offset, offset + len(tokens), prompt))
         offset += len(tokens)
         return torch.arange(offset - len(tokens), offset)
 
@@ -67,13 +86,63 @@ def pack_rows(input_ids: Sequence[torch.Tensor], position_ids: Sequence[torch.Te
         plen = int(plen)
         key = (tuple(row_ids[:plen].tolist()), tuple(row_pos[:plen].tolist())) if share_prompts else (row,)
         if key not in prompt_at:
-            prompt_at[key] = append(row_ids[:plen], row_pos[:plen], len(prompt_at), -1)
-        group = list(prompt_at).index(key)
-        index.append(torch.cat([prompt_at[key], append(row_ids[plen:], row_pos[plen:], group, row)]))
+            prompt_at[key] = append(row_ids[:plen], row_pos[:plen], len(prompt_at), -1, None)
+        group, prompt = list(prompt_at).index(key), prompt_at[key]
+        span = (int(prompt[0]), int(prompt[-1]) + 1) if len(prompt) else (0, 0)
+        index.append(torch.cat([prompt, append(row_ids[plen:], row_pos[plen:], group, row, span)]))
     group, seg, p = torch.cat(group_of), torch.cat(seg_of), torch.cat(pos)
     mask = ((group[:, None] == group[None, :]) & ((seg[None, :] == -1) | (seg[None, :] == seg[:, None]))
             & (p[None, :] <= p[:, None]))
-    return PackedRows(torch.cat(ids), p, mask, index)
+    return PackedRows(torch.cat(ids), p, mask, index, tuple(segments))
+
+
+def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: Sequence[Segment],
+                      scale: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+    """Attention over a packed sequence (batch 1; ``(1, heads, T, dim)``, grouped-query keys allowed), segment by
+    segment: the same result as dense attention under ``pack_rows``' mask (positions rise within a segment), without
+    the query-key pairs that mask removes. Returns ``(1, heads, T, dim)``."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gqa = key.shape[1] != query.shape[1]
+    out = []
+    for segment in segments:
+        own = slice(segment.start, segment.end)
+        if segment.prompt is None:
+            out.append(sdpa(query[:, :, own], key[:, :, own], value[:, :, own], dropout_p=dropout, scale=scale,
+                            is_causal=True, enable_gqa=gqa))
+            continue
+        prompt = slice(*segment.prompt)
+        n, m = segment.end - segment.start, segment.prompt[1] - segment.prompt[0]
+        mask = torch.ones(n, m + n, dtype=torch.bool, device=query.device)
+        mask[:, m:] = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
+        out.append(sdpa(query[:, :, own], torch.cat([key[:, :, prompt], key[:, :, own]], dim=2),
+                        torch.cat([value[:, :, prompt], value[:, :, own]], dim=2), attn_mask=mask,
+                        dropout_p=dropout, scale=scale, enable_gqa=gqa))
+    return torch.cat(out, dim=2)
+
+
+def _packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                      is_causal: bool | None = None, **kwargs):
+    """``PACKED_ATTENTION``: ``segment_attention`` in a packed forward (one that passes ``SEGMENTS_KWARG``),
+    transformers' sdpa attention in any other (verl's own forwards, generation)."""
+    segments = kwargs.pop(SEGMENTS_KWARG, None)
+    if segments is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    if query.shape[0] != 1:
+        raise ValueError(f"a packed forward has batch size 1, got {query.shape[0]}")
+    return segment_attention(query, key, value, segments, scaling, dropout).transpose(1, 2).contiguous(), None
+
+
+def register_packed_attention() -> str:
+    """Register ``PACKED_ATTENTION`` with transformers (attention, and sdpa's mask for the unpacked forwards)."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+    return PACKED_ATTENTION
 
 
 def _rows(tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -106,7 +175,7 @@ def response_log_probs(module: torch.nn.Module, micro_batch, share_prompts: bool
     device = input_ids.values().device if input_ids.is_nested else input_ids.device
     output = module(input_ids=packed.input_ids[None].to(device), position_ids=packed.position_ids[None].to(device),
                     attention_mask=packed.attention_mask[None, None].to(device), use_cache=False,
-                    logits_to_keep=keep.to(device))
+                    logits_to_keep=keep.to(device), **{SEGMENTS_KWARG: packed.segments})
     logits = output.logits[0]
     row_temperature = torch.cat([temperature[r].expand(len(t)) for r, t in enumerate(used)]).to(logits)
     if not torch.all(row_temperature == 1):
@@ -249,12 +318,14 @@ def engine_class():
 
 
 def register() -> None:
-    """Make verl build ``SharedPrefixEngine`` for language models on the CPU platform (``VERL_ENGINE_DEVICE=cpu``).
+    """Make verl build ``SharedPrefixEngine`` for language models on the CPU platform (``VERL_ENGINE_DEVICE=cpu``),
+    and register ``PACKED_ATTENTION``, which ``cpu_overrides`` names as the actor's attention.
 
     Called while verl's engine modules may still be importing (the platform is created then), so the engines are
     registered at verl's first engine lookup."""
     from verl.workers.engine.base import EngineRegistry
 
+    register_packed_attention()
     if getattr(EngineRegistry.get_engine_cls, "_seal_cpu", False):
         return
     lookup = EngineRegistry.get_engine_cls.__func__

@@ -19,8 +19,9 @@ pytest.importorskip("verl")
 from tensordict import TensorDict  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
-from seal_trainer.shared_prefix import (PREFIX_FLAG, SKIP_FLAG, engine_class, pack_rows,  # noqa: E402
-                                        prompt_grouped_micro_batches, zero_advantage_rows)
+from seal_trainer.shared_prefix import (PACKED_ATTENTION, PREFIX_FLAG, SKIP_FLAG, Segment,  # noqa: E402
+                                        engine_class, pack_rows, prompt_grouped_micro_batches,
+                                        register_packed_attention, segment_attention, zero_advantage_rows)
 
 VOCAB = 101
 
@@ -40,13 +41,15 @@ def cpu_platform():
     platform_manager._current_platform = before
 
 
-def _model(seed: int = 0) -> torch.nn.Module:
+def _model(seed: int = 0, attention: str = "sdpa") -> torch.nn.Module:
+    """``attention``: transformers' sdpa (dense under the packed mask) or SEAL's block-wise one, the CPU actor's."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    register_packed_attention()
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True, attn_implementation="sdpa")
+                         tie_word_embeddings=True, attn_implementation=attention)
     return Qwen2ForCausalLM(config).double()
 
 
@@ -108,13 +111,14 @@ def _grads(module) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("attention", ["sdpa", PACKED_ATTENTION])
 @pytest.mark.parametrize("share", [True, False])
-def test_loss_and_gradients_equal_verls_per_sample_computation(share):
+def test_loss_and_gradients_equal_verls_per_sample_computation(share, attention):
     data = _batch([(17, [6, 9, 4]), (12, [7, 5])], advantages=[0.5, -1.0, 0.25, 1.5, -0.75])
     tu.assign_non_tensor(data, **{PREFIX_FLAG: share}, batch_num_tokens=int(data["loss_mask"].values().sum()))
     results = []
     for cls in (_verl_engine_class(), engine_class()):
-        module = _model()
+        module = _model(attention=attention)
         loss, output = _engine(cls, module).forward_step(copy.deepcopy(data), _loss_fn(), forward_only=False)
         loss.backward()
         results.append((loss.detach(), _grads(module), output))
@@ -125,10 +129,11 @@ def test_loss_and_gradients_equal_verls_per_sample_computation(share):
         assert torch.allclose(grads_ours[name], grad, rtol=1e-6, atol=1e-9), (name, (grads_ours[name] - grad).abs().max(), grad.abs().max())
 
 
-def test_log_probs_equal_verls_where_the_loss_reads_them_and_old_ones_elsewhere():
+@pytest.mark.parametrize("attention", ["sdpa", PACKED_ATTENTION])
+def test_log_probs_equal_verls_where_the_loss_reads_them_and_old_ones_elsewhere(attention):
     data = _batch([(10, [8, 8])], advantages=[1.0, -1.0])
     tu.assign_non_tensor(data, **{PREFIX_FLAG: True})
-    module = _model()
+    module = _model(attention=attention)
     with torch.no_grad():
         _, verl_out = _engine(_verl_engine_class(), module).forward_step(copy.deepcopy(data), None, True)
         _, our_out = _engine(engine_class(), module).forward_step(copy.deepcopy(data), None, True)
@@ -151,7 +156,32 @@ def test_a_shared_prompt_goes_forward_once_and_responses_never_see_each_other():
     mask = packed.attention_mask
     assert mask[5].tolist() == [True, True, True, False, False, True] + [False] * 5  # row 2's 1st response token
     assert not mask[8:, :8].any() and not mask[:8, 8:].any()  # groups are apart
+    assert packed.segments == (Segment(0, 3), Segment(3, 5, (0, 3)), Segment(5, 8, (0, 3)), Segment(8, 10),
+                               Segment(10, 11, (8, 10)))
     assert pack_rows(ids, [torch.arange(len(i)) for i in ids], [3, 3, 2], share_prompts=False).input_ids.numel() == 14
+
+
+def test_segment_attention_equals_dense_attention_under_the_packed_mask():
+    """Values and gradients, grouped-query heads, prompts interleaved with responses, one empty response."""
+    ids = [torch.arange(7), torch.cat([torch.arange(5), torch.arange(9)]), torch.arange(5),
+           torch.tensor([0, 1, 2, 3, 9, 9])]
+    packed = pack_rows(ids, [torch.arange(len(i)) for i in ids], prompt_lengths=[4, 5, 5, 4])
+    assert [s.prompt for s in packed.segments] == [None, (0, 4), None, (7, 12), (0, 4)]  # row 2's response is empty
+    g = torch.Generator().manual_seed(0)
+    length = packed.input_ids.numel()
+    q, k, v = (torch.randn(1, heads, length, 8, generator=g, dtype=torch.float64, requires_grad=True)
+               for heads in (4, 2, 2))
+    weights = torch.randn(1, 4, length, 8, generator=g, dtype=torch.float64)
+    results = []
+    for attend in (lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=packed.attention_mask, scale=0.3, enable_gqa=True),
+                   lambda: segment_attention(q, k, v, packed.segments, scale=0.3)):
+        q.grad = k.grad = v.grad = None
+        out = attend()
+        (out * weights).sum().backward()
+        results.append((out.detach(), q.grad, k.grad, v.grad))
+    for dense, blocks in zip(*results, strict=True):
+        torch.testing.assert_close(blocks, dense, rtol=1e-12, atol=1e-12)
 
 
 def test_rows_with_zero_advantage_are_found_and_micro_batches_keep_a_prompts_rows_together():
