@@ -217,3 +217,19 @@ def test_leaving_out_zero_advantage_rows_changes_no_gradient(process_group):
     assert metrics["update_rows"] == [2.0] and metrics["update_rows_skipped"] == [4.0]
     for name, grad in grads_verl.items():
         assert torch.allclose(grads_ours[name], grad, rtol=1e-6, atol=1e-9), (name, (grads_ours[name] - grad).abs().max(), grad.abs().max())
+
+
+def test_the_attention_cpu_overrides_name_is_what_the_cpu_engine_registers():
+    """The actor loads with ``cpu_overrides``' attention only if the CPU platform's start registered it."""
+    from transformers import AttentionInterface
+
+    from seal_trainer import shared_prefix
+    from seal_trainer.cpu import cpu_overrides
+
+    (named,) = [o.split("=", 1)[1] for o in cpu_overrides() if "attn_implementation" in o]
+    shared_prefix.register()
+    assert named == PACKED_ATTENTION and named in AttentionInterface._global_mapping
+    module = _model(attention=named)
+    ids = torch.randint(0, VOCAB, (2, 9))
+    with torch.no_grad():  # an unpacked forward (verl's own, generation) is sdpa's
+        torch.testing.assert_close(module(input_ids=ids).logits, _model(attention="sdpa")(input_ids=ids).logits)
