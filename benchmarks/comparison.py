@@ -134,7 +134,11 @@ def task_rewards(run_dir: Path, tasks: tuple) -> dict[str, dict[str, float]]:
 
 
 def checkpoint_policy(run_dir: Path, step: int) -> Path:
-    return run_dir / f"global_step_{step}" / "actor" / "huggingface"
+    """The step's policy folder (a LoRA run's adapters merged into its weights: ``seal_trainer.checkpoint``)."""
+    from seal_trainer.checkpoint import policy_folder
+
+    actor = run_dir / f"global_step_{step}" / "actor"
+    return policy_folder(actor) or actor / "huggingface"
 
 
 def trained_tasks(train_file: Path | None) -> tuple:

@@ -74,13 +74,14 @@ def run_arm(name: str, tree: Path, overrides: list[str], workdir: Path, extra_en
     log = (run_dir / "train.log").read_text()
     timing = {p: float(m.group(1)) for p in PHASES
               for m in [re.search(rf"timing_s/{p}:([0-9.]+)", log)] if m}
-    lengths = {k: float(m.group(1)) for k in ("prompt_length/mean", "response_length/mean")
-               for m in [re.search(rf"{k}:([0-9.]+)", log)] if m}
+    metrics = {k: float(m.group(1)) for k in ("prompt_length/mean", "response_length/mean", "critic/score/mean",
+                                             "seal/informative_groups", "actor/update_rows", "actor/grad_norm")
+               for m in [re.search(rf"{k}:([0-9.]+)", log)] if m}  # the rows a step's update computed, and why
     rollouts = sum(1 for f in (run_dir / "rollouts").glob("*.jsonl") for _ in f.open())
     step = timing.get("step")
     return {"wall_s": round(wall, 1), "timing_s": timing, "rollouts": rollouts,
             "step_s_per_rollout": round(step / rollouts, 2) if step and rollouts else None,
-            "peak_rss_gb": round(peak["rss"] / 2**30, 2), "peak_pss_gb": round(peak["pss"] / 2**30, 2), **lengths}
+            "peak_rss_gb": round(peak["rss"] / 2**30, 2), "peak_pss_gb": round(peak["pss"] / 2**30, 2), **metrics}
 
 
 def prompt_tokens(model: str) -> dict[str, int]:

@@ -117,13 +117,14 @@ def resolve_auto(cfg) -> None:
 
 
 def final_policy(run_dir: Path) -> Path | None:
-    """The Hugging Face folder of the last checkpoint verl wrote in ``run_dir``, if it holds weights."""
+    """The Hugging Face folder of the last checkpoint verl wrote in ``run_dir``, if it holds weights (a LoRA run's
+    adapters merged into them: ``seal_trainer.checkpoint``)."""
+    from seal_trainer.checkpoint import policy_folder
+
     latest = run_dir / "latest_checkpointed_iteration.txt"  # verl's record of its last checkpoint
     if not latest.exists():
         return None
-    folder = run_dir / f"global_step_{latest.read_text().strip()}" / "actor" / "huggingface"
-    weights = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
-    return folder if weights else None
+    return policy_folder(run_dir / f"global_step_{latest.read_text().strip()}" / "actor")
 
 
 def launch(cfg) -> None:
