@@ -16,9 +16,10 @@ Validation does not run inside training: every run saves a verl checkpoint every
 (weights, optimizer and dataloader state, so a killed run resumes from it: ``trainer.resume_mode=auto``, and
 a Hugging Face folder of the policy), and ``seal_envs.evaluation.heldout`` evaluates each saved policy (and the
 shared starting policy once, step 0) on shop's whole ``eval`` split (24 tasks, ``heldout``) and its 36
-hand-written tasks (``ood``), greedy and ``--eval-samples`` samples per task at the training temperature,
-with standard errors over tasks; ``--eval-trained`` adds the tasks the runs train on (``trained``: the
-``--train-file``'s tasks, or shop's training split), which tells learning what was trained on from transfer.
+hand-written tasks (``ood``; ``--eval-sets heldout`` leaves them out), greedy and ``--eval-samples`` samples
+per task at the training temperature, with standard errors over tasks; ``--eval-trained`` adds the tasks the
+runs train on (``trained``: the ``--train-file``'s tasks, or shop's training split), which tells learning what
+was trained on from transfer.
 Each evaluation is cached next to its checkpoint (``heldout/step_<N>.json``); once a finished run is evaluated
 its checkpoints are removed except the final policy.
 
@@ -157,14 +158,16 @@ def trained_tasks(train_file: Path | None) -> tuple:
     return tuple((files[f] if f else split)[i] for i, f in dict(zip(rows["seal_task_id"], rows["seal_tasks"])).items())
 
 
-def _evaluate_policy(policy: Path, eval_tasks: int | None, samples: int, temperature: float,
+def _evaluate_policy(policy: Path, eval_sets: list[str], eval_tasks: int | None, samples: int, temperature: float,
                      response_budget: int, trained: tuple) -> dict[str, Any]:
     from dataclasses import replace
 
     from seal_envs.evaluation.heldout import HeldoutSettings, evaluate_model, evaluation_sets
 
+    wanted = {SETS[name] for name in eval_sets}
     sets = {name: tasks[:eval_tasks] for name, tasks in
-            {**evaluation_sets("shop"), **({"trained": trained} if trained else {})}.items()}
+            {**evaluation_sets("shop"), **({"trained": trained} if trained else {})}.items()
+            if name in wanted or name == "trained"}
     settings = HeldoutSettings(samples=samples, temperature=temperature, seed=0,
                                limits=replace(HeldoutSettings().limits, response_budget=response_budget))
     return evaluate_model(policy, sets, settings)
@@ -180,8 +183,8 @@ def evaluate(args, policy: Path, cache: Path, trained: tuple) -> dict[str, Any]:
     from seal_envs.evaluation.heldout import format_result
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
-        result = child.submit(_evaluate_policy, policy, args.eval_tasks, args.eval_samples, args.temperature,
-                              args.response_budget, trained if args.eval_trained else ()).result()
+        result = child.submit(_evaluate_policy, policy, args.eval_sets, args.eval_tasks, args.eval_samples,
+                              args.temperature, args.response_budget, trained if args.eval_trained else ()).result()
     print(f"[comparison] {policy}:\n{format_result(result)}", flush=True)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result, indent=1) + "\n")
@@ -273,7 +276,7 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
 
 def settings_key(args) -> dict[str, Any]:
     """What makes two runs of one (arm, seed) the same experiment (a record with other settings is redone)."""
-    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_samples", "eval_tasks", "eval_trained",
+    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_sets", "eval_samples", "eval_tasks", "eval_trained",
             "response_budget", "set")
     train_file = str(args.train_file).replace(str(Path.home()), "~", 1) if args.train_file else None
     return {k: getattr(args, k) for k in keys} | {"train_file": train_file}  # no machine path in results
@@ -434,6 +437,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=4, help="prompts (GRPO groups) per step")
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt (group size)")
     p.add_argument("--eval-every", type=int, default=5, help="checkpoint and evaluate every N steps")
+    p.add_argument("--eval-sets", nargs="+", default=["heldout", "bundled"], choices=["heldout", "bundled"],
+                   help="the evaluated sets: shop's eval split, its bundled hand-written tasks (OOD)")
     p.add_argument("--eval-samples", type=int, default=4, help="sampled episodes per task, besides the greedy one")
     p.add_argument("--eval-tasks", type=int, default=None, help="the first N tasks of each set (default: all)")
     p.add_argument("--eval-trained", action="store_true",

@@ -152,3 +152,19 @@ def test_the_trained_tasks_are_those_the_training_file_names_and_get_their_own_c
                           "train": {}}])
     assert agg["arms"]["vanilla"]["curves"]["trained"]["greedy"]["5"]["mean"] == 0.5
     assert "vanilla         trained  greedy" in cmp.table(agg)
+
+
+def test_eval_sets_choose_what_each_checkpoint_is_evaluated_on(monkeypatch):
+    import seal_envs.evaluation.heldout as heldout
+
+    cmp = _comparison()
+    seen = {}
+    monkeypatch.setattr(heldout, "evaluate_model", lambda policy, sets, settings: seen.update(sets) or {})
+    args = cmp.parse(["--eval-sets", "heldout", "--eval-samples", "2"])
+    assert args.eval_sets == ["heldout"] and cmp.settings_key(args)["eval_sets"] == ["heldout"]
+    trained = tuple(evaluation_sets("shop")["heldout"][:1])
+    cmp._evaluate_policy(Path("p"), args.eval_sets, None, 2, 0.7, 1024, trained)
+    assert sorted(seen) == ["heldout", "trained"] and len(seen["heldout"]) == 24
+    seen.clear()
+    cmp._evaluate_policy(Path("p"), cmp.parse([]).eval_sets, 3, 2, 0.7, 1024, ())
+    assert sorted(seen) == ["heldout", "ood"] and len(seen["ood"]) == 3  # the default: both, as before
