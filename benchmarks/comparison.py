@@ -477,8 +477,8 @@ def main(argv: list[str] | None = None) -> int:
             run = run_one(args, arm, seed)
             if run:
                 runs.append(run)
-                print(f"[comparison] {arm} seed {seed}: {run['wall_s']:.0f} s, held-out {run['validation']['heldout']}"
-                      f", bundled {run['validation']['bundled']}", flush=True)
+                print(f"[comparison] {arm} seed {seed}: {run['wall_s']:.0f} s, "
+                      + ", ".join(f"{name} {greedy}" for name, greedy in run["validation"].items()), flush=True)
     if not args.dry_run:
         finish(args, runs, round(time.time() - t0, 1))
     return 0
