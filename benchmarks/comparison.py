@@ -59,6 +59,7 @@ OUT = Path(__file__).resolve().parent / "results" / "comparison"
 SETS = {"heldout": "heldout", "bundled": "ood", "trained": "trained"}  # comparison.json's names -> the evaluated
 # sets (seal_envs.evaluation.heldout's, and the training tasks with --eval-trained)
 MODES = ("greedy", "sampled")
+EVAL_SETS = ("heldout", "bundled")  # --eval-sets' choices and default (``trained`` comes with --eval-trained)
 TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/profiled_rollouts",
               "seal/w_grad/mean", "seal/interface_version", "actor/grad_norm", "timing_s/step", "timing_s/gen")
 SMOKE = {"steps": 2, "eval_every": 1, "prompts": 2, "rollouts": 2, "eval_samples": 1, "eval_tasks": 2,
@@ -276,10 +277,13 @@ def run_one(args, arm: str, seed: int) -> dict[str, Any]:
 
 def settings_key(args) -> dict[str, Any]:
     """What makes two runs of one (arm, seed) the same experiment (a record with other settings is redone)."""
-    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_sets", "eval_samples", "eval_tasks", "eval_trained",
+    keys = ("steps", "prompts", "rollouts", "eval_every", "eval_samples", "eval_tasks", "eval_trained",
             "response_budget", "set")
     train_file = str(args.train_file).replace(str(Path.home()), "~", 1) if args.train_file else None
-    return {k: getattr(args, k) for k in keys} | {"train_file": train_file}  # no machine path in results
+    key = {k: getattr(args, k) for k in keys} | {"train_file": train_file}  # no machine path in results
+    if sorted(args.eval_sets) != sorted(EVAL_SETS):  # named only when not the default: older records stay valid
+        key["eval_sets"] = sorted(args.eval_sets)
+    return key
 
 
 # ------------------------------------------------------------------------------------------------- aggregation
@@ -437,7 +441,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=4, help="prompts (GRPO groups) per step")
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt (group size)")
     p.add_argument("--eval-every", type=int, default=5, help="checkpoint and evaluate every N steps")
-    p.add_argument("--eval-sets", nargs="+", default=["heldout", "bundled"], choices=["heldout", "bundled"],
+    p.add_argument("--eval-sets", nargs="+", default=list(EVAL_SETS), choices=EVAL_SETS,
                    help="the evaluated sets: shop's eval split, its bundled hand-written tasks (OOD)")
     p.add_argument("--eval-samples", type=int, default=4, help="sampled episodes per task, besides the greedy one")
     p.add_argument("--eval-tasks", type=int, default=None, help="the first N tasks of each set (default: all)")

@@ -162,6 +162,7 @@ def test_eval_sets_choose_what_each_checkpoint_is_evaluated_on(monkeypatch):
     monkeypatch.setattr(heldout, "evaluate_model", lambda policy, sets, settings: seen.update(sets) or {})
     args = cmp.parse(["--eval-sets", "heldout", "--eval-samples", "2"])
     assert args.eval_sets == ["heldout"] and cmp.settings_key(args)["eval_sets"] == ["heldout"]
+    assert "eval_sets" not in cmp.settings_key(cmp.parse([]))  # records written before the option stay valid
     trained = tuple(evaluation_sets("shop")["heldout"][:1])
     cmp._evaluate_policy(Path("p"), args.eval_sets, None, 2, 0.7, 1024, trained)
     assert sorted(seen) == ["heldout", "trained"] and len(seen["heldout"]) == 24
