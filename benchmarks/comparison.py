@@ -120,15 +120,18 @@ def train_record(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def task_rewards(run_dir: Path, tasks: tuple) -> dict[str, dict[str, float]]:
-    """Per step, each training task's mean reward over that step's rollouts (``rollouts/<step>.jsonl``, which
-    names no task: a rollout belongs to the one task whose first user message its prompt holds)."""
+    """Per step, each training task's mean reward over that step's rollouts (``rollouts/<step>.jsonl``). A rollout
+    names its task in ``gts`` (the rows' ``reward_model.ground_truth``); in dumps written before the rows had one,
+    it belongs to the one task whose first user message its prompt holds (tasks sharing that message stay out)."""
+    ids = {t.id for t in tasks}
     firsts = {t.id: t.turns[0].user for t in tasks}
     out: dict[str, dict[str, float]] = {}
     for path in sorted((run_dir / "rollouts").glob("*.jsonl"), key=lambda f: int(f.stem)):
         scores: dict[str, list[float]] = {}
         for line in path.read_text().splitlines():
             rollout = json.loads(line)
-            owners = [i for i, text in firsts.items() if text in rollout["input"]]
+            owners = ([rollout["gts"]] if rollout.get("gts") in ids else
+                      [i for i, text in firsts.items() if text in rollout["input"]])
             if len(owners) == 1:
                 scores.setdefault(owners[0], []).append(float(rollout["score"]))
         out[path.stem] = {i: round(sum(v) / len(v), 4) for i, v in scores.items()}

@@ -31,15 +31,17 @@ def policy_folder(actor_dir: Path) -> Path | None:
 
 
 def merge_lora_weights(folder: Path, meta: dict) -> bool:
-    """Rewrite ``folder``'s safetensors with the LoRA adapters merged and plain parameter names; False if they
-    hold plain names already (a merged or full-parameter checkpoint)."""
+    """Rewrite ``folder``'s weights (safetensors or ``pytorch_model*.bin``) as one safetensors file with the LoRA
+    adapters merged and plain parameter names; False if they hold plain names already (a merged or
+    full-parameter checkpoint)."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
     state: dict[str, torch.Tensor] = {}
     for file in files:
-        state.update(load_file(file))
+        state.update(load_file(file) if file.suffix == ".safetensors"
+                     else torch.load(file, map_location="cpu", weights_only=True))
     if not any(key.startswith(PEFT_PREFIX) for key in state):
         return False
     unmergeable = [key for key in state if ".lora_" in key and not _ADAPTER.search(key)]
@@ -65,6 +67,7 @@ def merge_lora_weights(folder: Path, meta: dict) -> bool:
     save_file(merged, str(staged), metadata={"format": "pt"})
     for file in files:
         file.unlink()
-    (folder / "model.safetensors.index.json").unlink(missing_ok=True)
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        (folder / index).unlink(missing_ok=True)
     os.replace(staged, folder / "model.safetensors")
     return True

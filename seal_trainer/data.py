@@ -4,6 +4,8 @@ verl's ``RLHFDataset`` needs a chat ``prompt`` column (used for length filtering
 agent loop ignores it and renders the env's own first observation. The ``seal_*`` columns tell the agent
 loop which env to build: ``seal_domain``, ``seal_task_id``, ``seal_mode`` (``train`` rows see the evolving
 interface, ``eval`` rows the original one), ``seal_sandbox``, ``seal_env_id``, ``seal_tasks``, ``seal_seed``.
+``reward_model.ground_truth`` is the task id, as verl's convention has it: the task's executable verifier is the
+ground truth, and verl's rollout dump (``trainer.rollout_data_dir``) then names each rollout's task.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def task_rows(tasks: Sequence[Any], *, domain: str, mode: str, sandbox: str | No
             "seal_tasks": tasks_path or "",
             "seal_seed": seed + i,
             "seal_category": task.category,
+            "reward_model": {"style": "seal", "ground_truth": task.id},
             "extra_info": {"index": i, "task_id": task.id},
         })
     return rows

@@ -25,7 +25,7 @@ def base(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", vocab_size=768)
 
 
-def _verl_lora_checkpoint(base, run_dir, step: int = 3):
+def _verl_lora_checkpoint(base, run_dir, step: int = 3, safe_serialization: bool = True):
     """A trained LoRA policy (adapters moved off PEFT's zero start) and its verl checkpoint in ``run_dir``."""
     from transformers import AutoModelForCausalLM
 
@@ -37,16 +37,17 @@ def _verl_lora_checkpoint(base, run_dir, step: int = 3):
             torch.nn.init.normal_(param, std=0.2)
     actor = run_dir / f"global_step_{step}" / "actor"
     plain = AutoModelForCausalLM.from_config(AutoModelForCausalLM.from_pretrained(base).config)
-    plain.save_pretrained(actor / "huggingface", state_dict=policy.state_dict())
+    plain.save_pretrained(actor / "huggingface", state_dict=policy.state_dict(), safe_serialization=safe_serialization)
     (actor / "lora_train_meta.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "task_type": "CAUSAL_LM"}))
     (run_dir / "latest_checkpointed_iteration.txt").write_text(str(step))
     return policy.eval()
 
 
-def test_a_lora_checkpoint_loads_as_the_trained_policy(base, tmp_path):
+@pytest.mark.parametrize("safe_serialization", [True, False], ids=["safetensors", "bin"])
+def test_a_lora_checkpoint_loads_as_the_trained_policy(base, tmp_path, safe_serialization):
     from transformers import AutoModelForCausalLM
 
-    policy = _verl_lora_checkpoint(base, tmp_path)
+    policy = _verl_lora_checkpoint(base, tmp_path, safe_serialization=safe_serialization)
     ids = torch.randint(0, 768, (1, 12))
     folder = final_policy(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(folder).eval()
@@ -56,6 +57,7 @@ def test_a_lora_checkpoint_loads_as_the_trained_policy(base, tmp_path):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(got, untrained, atol=1e-3)  # the adapters count
     assert policy_folder(folder.parent) == folder and not merge_lora_weights(folder, {"r": 4, "lora_alpha": 8})
+    assert [f.name for f in folder.glob("*.bin")] == []  # one set of weights: the merged one
 
 
 def test_adapters_it_cannot_merge_are_an_error_not_a_random_model(tmp_path):

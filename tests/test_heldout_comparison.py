@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,11 @@ def test_standard_error_is_over_tasks_and_the_paired_interval_holds_the_differen
         paired_difference({"x": 1.0}, {"y": 1.0})
 
 
-def test_the_evaluation_sets_are_the_whole_eval_split_and_the_bundled_tasks():
+def test_the_evaluation_sets_are_the_whole_eval_split_the_bundled_tasks_and_the_test_split():
     sets = evaluation_sets("shop")
-    assert len(sets["heldout"]) == 24 and len(sets["ood"]) == 36
-    assert not {t.id for t in sets["heldout"]} & {t.id for t in sets["ood"]}
+    assert {name: len(tasks) for name, tasks in sets.items()} == {"heldout": 24, "ood": 36, "test": 72}
+    ids = {name: {t.id for t in tasks} for name, tasks in sets.items()}
+    assert not ids["heldout"] & ids["ood"] and not ids["test"] & (ids["heldout"] | ids["ood"])
 
 
 @pytest.mark.slow
@@ -142,6 +144,13 @@ def test_the_trained_tasks_are_those_the_training_file_names_and_get_their_own_c
         json.dumps({"input": f"<|im_start|>user\n{task.turns[0].user}<|im_end|>", "score": score}) + "\n"
         for task, score in ((kept[0], 1.0), (kept[0], 0.0), (kept[1], 1.0))))
     assert cmp.task_rewards(tmp_path / "run", tuple(kept)) == {"1": {kept[0].id: 0.5, kept[1].id: 1.0}}
+    twin = replace(kept[1], id="train_twin")  # the same first message: only the rollout's ground truth tells
+    prompt = f"<|im_start|>user\n{twin.turns[0].user}<|im_end|>"
+    (rollouts / "2.jsonl").write_text("".join(json.dumps({"input": prompt, "gts": gts, "score": score}) + "\n"
+                                              for gts, score in ((twin.id, 0.0), (kept[1].id, 1.0), (None, 1.0))))
+    assert cmp.task_rewards(tmp_path / "run", (*kept, twin))["2"] == {twin.id: 0.0, kept[1].id: 1.0}
+    (row,) = task_rows([twin], domain="shop", mode="train")
+    assert row["reward_model"]["ground_truth"] == twin.id  # what verl's dump writes as ``gts``
 
     with_trained = _evaluation({"t0": 0.5})
     with_trained["sets"]["trained"] = with_trained["sets"]["heldout"]

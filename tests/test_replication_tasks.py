@@ -40,9 +40,10 @@ def test_the_shop_domain_declares_disjoint_fixed_splits():
     from seal_envs.spec import load_domain
 
     domain = load_domain("shop")
-    splits = {name: domain.split_tasks(name) for name in ("eval", "train", "sft")}
-    assert {k: len(v) for k, v in splits.items()} == {"eval": 24, "train": 32, "sft": 400}
+    splits = {name: domain.split_tasks(name) for name in ("eval", "train", "sft", "test")}
+    assert {k: len(v) for k, v in splits.items()} == {"eval": 24, "train": 32, "sft": 400, "test": 72}
     prints = {k: {synthetic.fingerprint(d) for d in synthetic.split_documents(k)} for k in splits}
-    assert not prints["eval"] & prints["train"] and not prints["eval"] & prints["sft"]
-    assert not prints["train"] & prints["sft"]
+    for i, a in enumerate(splits):
+        for b in list(splits)[i + 1:]:
+            assert not prints[a] & prints[b], (a, b)
     assert all(t.domain == "shop" for v in splits.values() for t in v)

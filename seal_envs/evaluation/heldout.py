@@ -2,10 +2,12 @@
 
     python -m seal_envs.evaluation.heldout --model PATH --json out.json            # shop: eval split + bundled
     python -m seal_envs.evaluation.heldout --compare new.json old.json             # paired by task
+    python -m seal_envs.evaluation.heldout --model PATH --sets test --samples 0    # shop's 72 test tasks, greedy
 
 A domain's evaluation sets are its ``task_splits`` ``eval`` split (``heldout``: shop's 24 procedural tasks,
 drawn like the training split but disjoint from it) and its hand-written ``tasks.json`` (``ood``: shop's 36
-bundled tasks, out of the training distribution). Each task is played once greedily and ``samples`` times at
+bundled tasks, out of the training distribution); where the domain declares a ``test`` split, ``test`` (shop:
+72 more procedural tasks, for paired differences that 24 tasks cannot resolve). Each task is played once greedily and ``samples`` times at
 the training temperature, in eval mode (the original interface), batched (``seal_envs.evaluation.batched``:
 the trainer's budgets, in-process tools). Per set and mode: per-task pass rates, their mean and its standard
 error over tasks (``seal_envs.evaluation.stats``). ``--compare`` gives the paired difference of two such results.
@@ -45,12 +47,18 @@ class HeldoutSettings:
 
 
 def evaluation_sets(domain: str = "shop") -> dict[str, tuple]:
-    """``heldout``: the domain's ``eval`` split; ``ood``: its hand-written ``tasks.json``."""
+    """``heldout``: the domain's ``eval`` split; ``ood``: its hand-written ``tasks.json``; ``test``: its ``test``
+    split where it declares one (shop: 72 more procedural tasks, disjoint from every other split)."""
     from seal_envs.spec import load_domain
     from seal_envs.task import load_tasks
 
     spec = load_domain(domain)
-    return {"heldout": tuple(spec.split_tasks("eval")), "ood": tuple(load_tasks(spec.root / "tasks.json"))}
+    sets = {"heldout": tuple(spec.split_tasks("eval")), "ood": tuple(load_tasks(spec.root / "tasks.json"))}
+    try:
+        sets["test"] = tuple(spec.split_tasks("test"))
+    except ValueError:  # the domain declares no test split
+        pass
+    return sets
 
 
 def summarize(per_task: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
@@ -122,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=HeldoutSettings.temperature)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=HeldoutSettings.batch_size)
-    p.add_argument("--sets", nargs="+", default=["heldout", "ood"], choices=["heldout", "ood"])
+    p.add_argument("--sets", nargs="+", default=["heldout", "ood"], choices=["heldout", "ood", "test"],
+                   help="test: the domain's larger held-out split, where it declares one")
     p.add_argument("--response-budget", type=int, default=HeldoutSettings().limits.response_budget,
                    help="tokens per episode after the first prompt (the trainer's data.max_response_length)")
     p.add_argument("--max-tasks", type=int, default=None, help="the first N tasks of each set (smoke runs)")

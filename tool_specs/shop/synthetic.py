@@ -1,8 +1,9 @@
 """Procedural shop tasks: the shop domain's own task generator and its fixed splits.
 
 36 hand-written tasks are too few to learn tool use from (a model memorises them at best), so the warm start
-(``sft``), the RL training tasks (``train``) and the held-out evaluation tasks (``eval``) are drawn from one
-generator with disjoint seeds; the hand-written ``tasks.json`` stays the out-of-distribution check. The
+(``sft``), the RL training tasks (``train``), the held-out validation tasks (``eval``) and a larger held-out
+``test`` set (for paired comparisons that 24 tasks cannot resolve) are drawn from one generator with disjoint
+seeds; the hand-written ``tasks.json`` stays the out-of-distribution check. The
 domain declares ``split`` as its ``task_splits`` (``tools.json``), so ``seal-train`` and the envs find them.
 
 Each task is a random store state (catalogue, customer, cart, past orders; built with the helpers of
@@ -262,12 +263,12 @@ def fingerprint(doc: dict[str, Any]) -> str:
 
 
 # split -> (seed, size); generated in this order, each set excluding the tasks of the sets before it
-SPLITS: dict[str, tuple[int, int]] = {"eval": (3, 24), "train": (2, 32), "sft": (1, 400)}
+SPLITS: dict[str, tuple[int, int]] = {"eval": (3, 24), "train": (2, 32), "sft": (1, 400), "test": (4, 72)}
 
 
 @functools.cache
 def split_documents(split: str) -> tuple[dict[str, Any], ...]:
-    """The task documents of a fixed split (``eval``, ``train``, ``sft``): deterministic and disjoint."""
+    """The task documents of a fixed split (``eval``, ``train``, ``sft``, ``test``): deterministic and disjoint."""
     if split not in SPLITS:
         raise ValueError(f"the shop domain's splits are {', '.join(SPLITS)}, not {split!r}")
     seen: set[str] = set()
