@@ -16,7 +16,8 @@ Validation does not run inside training: every run saves a verl checkpoint every
 (weights, optimizer and dataloader state, so a killed run resumes from it: ``trainer.resume_mode=auto``, and
 a Hugging Face folder of the policy), and ``seal_envs.evaluation.heldout`` evaluates each saved policy (and the
 shared starting policy once, step 0) on shop's whole ``eval`` split (24 tasks, ``heldout``) and its 36
-hand-written tasks (``ood``; ``--eval-sets heldout`` leaves them out), greedy and ``--eval-samples`` samples
+hand-written tasks (``ood``; ``--eval-sets heldout`` leaves them out; ``--eval-sets heldout test`` adds shop's
+72-task ``test`` split), greedy and ``--eval-samples`` samples
 per task at the training temperature, with standard errors over tasks; ``--eval-trained`` adds the tasks the
 runs train on (``trained``: the ``--train-file``'s tasks, or shop's training split), which tells learning what
 was trained on from transfer.
@@ -56,10 +57,11 @@ sys.path.insert(0, str(REPO))
 from seal_envs.evaluation.stats import detectable_difference, mean_se, paired_difference  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "comparison"
-SETS = {"heldout": "heldout", "bundled": "ood", "trained": "trained"}  # comparison.json's names -> the evaluated
+SETS = {"heldout": "heldout", "bundled": "ood", "test": "test", "trained": "trained"}  # comparison.json's names -> the evaluated
 # sets (seal_envs.evaluation.heldout's, and the training tasks with --eval-trained)
 MODES = ("greedy", "sampled")
-EVAL_SETS = ("heldout", "bundled")  # --eval-sets' choices and default (``trained`` comes with --eval-trained)
+EVAL_SETS = ("heldout", "bundled")  # --eval-sets' default (``trained`` comes with --eval-trained)
+EVAL_CHOICES = (*EVAL_SETS, "test")  # test: shop's 72-task test split, for a finer paired difference
 TRAIN_KEYS = ("seal/reward_mean", "seal/informative_groups", "seal/groups", "seal/profiled_rollouts",
               "seal/w_grad/mean", "seal/interface_version", "actor/grad_norm", "timing_s/step", "timing_s/gen")
 SMOKE = {"steps": 2, "eval_every": 1, "prompts": 2, "rollouts": 2, "eval_samples": 1, "eval_tasks": 2,
@@ -384,7 +386,7 @@ def plot(agg: dict[str, Any], path: Path, title: str) -> None:
                 ax.fill_between(xs, [y - e for y, e in zip(ys, se)], [y + e for y, e in zip(ys, se)], color=color,
                                 alpha=0.15)
     set_titles = {"heldout": "held-out: shop eval split", "bundled": "OOD: bundled hand-written shop tasks",
-                  "trained": "the training tasks (eval mode)"}
+                  "test": "held-out: shop test split (72 tasks)", "trained": "the training tasks (eval mode)"}
     titles = (*(set_titles[n] for n in names), "training reward (mean over the step's rollouts)",
               "GRPO groups with non-zero advantage (share)")
     for ax, text in zip(axes, titles):
@@ -444,8 +446,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=4, help="prompts (GRPO groups) per step")
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt (group size)")
     p.add_argument("--eval-every", type=int, default=5, help="checkpoint and evaluate every N steps")
-    p.add_argument("--eval-sets", nargs="+", default=list(EVAL_SETS), choices=EVAL_SETS,
-                   help="the evaluated sets: shop's eval split, its bundled hand-written tasks (OOD)")
+    p.add_argument("--eval-sets", nargs="+", default=list(EVAL_SETS), choices=EVAL_CHOICES,
+                   help="the evaluated sets: shop's eval split, its bundled hand-written tasks (OOD), its test split")
     p.add_argument("--eval-samples", type=int, default=4, help="sampled episodes per task, besides the greedy one")
     p.add_argument("--eval-tasks", type=int, default=None, help="the first N tasks of each set (default: all)")
     p.add_argument("--eval-trained", action="store_true",

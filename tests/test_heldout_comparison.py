@@ -178,3 +178,6 @@ def test_eval_sets_choose_what_each_checkpoint_is_evaluated_on(monkeypatch):
     seen.clear()
     cmp._evaluate_policy(Path("p"), cmp.parse([]).eval_sets, 3, 2, 0.7, 1024, ())
     assert sorted(seen) == ["heldout", "ood"] and len(seen["ood"]) == 3  # the default: both, as before
+    seen.clear()
+    cmp._evaluate_policy(Path("p"), cmp.parse(["--eval-sets", "heldout", "test"]).eval_sets, None, 0, 0.7, 1024, ())
+    assert sorted(seen) == ["heldout", "test"] and len(seen["test"]) == 72
