@@ -48,6 +48,7 @@ def test_seal_train_smollm2_two_steps(tmp_path: Path, docker_daemon):
     assert (run_dir / "training.png").stat().st_size > 10_000
     rollouts = [json.loads(line) for f in sorted((run_dir / "rollouts").glob("*.jsonl")) for line in f.open()]
     assert len(rollouts) == 4 and all("get_product" in r["input"] and r["output"] for r in rollouts)  # tools, text
+    assert all(r["gts"].startswith("train_") for r in rollouts)  # each names its task (reward_model.ground_truth)
     console = out.stdout.splitlines()
     assert any(line.startswith("[seal] step 2/2") for line in console), out.stdout
     assert any("held-out success after 2 step(s)" in line for line in console), out.stdout
