@@ -125,14 +125,13 @@ def task_rewards(run_dir: Path, tasks: tuple) -> dict[str, dict[str, float]]:
     """Per step, each training task's mean reward over that step's rollouts (``rollouts/<step>.jsonl``). A rollout
     names its task in ``gts`` (the rows' ``reward_model.ground_truth``); in dumps written before the rows had one,
     it belongs to the one task whose first user message its prompt holds (tasks sharing that message stay out)."""
-    ids = {t.id for t in tasks}
     firsts = {t.id: t.turns[0].user for t in tasks}
     out: dict[str, dict[str, float]] = {}
     for path in sorted((run_dir / "rollouts").glob("*.jsonl"), key=lambda f: int(f.stem)):
         scores: dict[str, list[float]] = {}
         for line in path.read_text().splitlines():
             rollout = json.loads(line)
-            owners = ([rollout["gts"]] if rollout.get("gts") in ids else
+            owners = ([rollout["gts"]] if rollout.get("gts") in firsts else
                       [i for i, text in firsts.items() if text in rollout["input"]])
             if len(owners) == 1:
                 scores.setdefault(owners[0], []).append(float(rollout["score"]))
