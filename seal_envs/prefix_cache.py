@@ -6,6 +6,7 @@ server (``seal_trainer.cpu``), ``seal-eval --policy hf`` and the benchmarks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 DEFAULT_MAX_BYTES = 2 << 30
@@ -37,7 +38,7 @@ class PrefixCache:
         """``(reused tokens, cache or None)`` for ``prompt_ids``."""
         best, best_len = None, 0
         for i, (tokens, _, _) in enumerate(self._entries):
-            n = _common_prefix(tokens, prompt_ids)
+            n = common_prefix(tokens, prompt_ids)
             if n > best_len:
                 best, best_len = i, n
         best_len = min(best_len, len(prompt_ids) - 1)
@@ -52,7 +53,7 @@ class PrefixCache:
             return
         # a generated sequence ends with a token whose key/value were never computed
         tokens = list(tokens[: cache.get_seq_length()])
-        self._entries = [e for e in self._entries if _common_prefix(e[0], tokens) < len(e[0])]
+        self._entries = [e for e in self._entries if common_prefix(e[0], tokens) < len(e[0])]
         self._entries.append((tokens, cache, _cache_bytes(cache)))
         while len(self._entries) > 1 and self.nbytes > self.max_bytes:
             self._entries.pop(0)
@@ -86,7 +87,8 @@ def _cache_bytes(cache: Any) -> int:
     return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
@@ -100,4 +102,4 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "PrefixCache", "cache_of"]
+__all__ = ["DEFAULT_MAX_BYTES", "PrefixCache", "cache_of", "common_prefix"]

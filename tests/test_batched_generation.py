@@ -4,6 +4,7 @@ episodes played in one continuous batch equal one-at-a-time episodes; the mechan
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -82,6 +83,62 @@ def test_a_batch_generates_what_each_request_generates_alone(tiny, sampling):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4) and len(a.logprobs) == len(a.tokens)
         assert all(lp <= 0 for lp in a.logprobs)
     assert all(len(g.tokens) == n or g.finished for g, n in zip(together, LIMITS))
+
+
+def test_prefix_and_rows_attention_equals_attention_over_the_whole_sequence():
+    """The shared-prefix decode step is the softmax over prefix + row keys, split and merged: grouped-query heads,
+    left-padded rows, boolean and additive masks."""
+    import torch
+
+    from seal_envs.evaluation.batch_generate import prefix_and_rows_attention
+
+    torch.manual_seed(0)
+    rows, heads, kv_heads, dim, shared, own = 3, 6, 2, 8, 11, 5
+    query = torch.randn(rows, heads, 1, dim)
+    prefix_keys, prefix_values = torch.randn(1, kv_heads, shared, dim), torch.randn(1, kv_heads, shared, dim)
+    keys, values = torch.randn(rows, kv_heads, own, dim), torch.randn(rows, kv_heads, own, dim)
+    keep = torch.ones(rows, 1, 1, own, dtype=torch.bool)
+    keep[1, ..., :2] = keep[2, ..., :4] = False  # left padding of rows 1 and 2
+    whole_keys = torch.cat([prefix_keys.expand(rows, -1, -1, -1), keys], dim=2)
+    whole_values = torch.cat([prefix_values.expand(rows, -1, -1, -1), values], dim=2)
+    whole_mask = torch.cat([torch.ones(rows, 1, 1, shared, dtype=torch.bool), keep], dim=-1)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, whole_keys, whole_values, attn_mask=whole_mask,
+                                                                enable_gqa=True).transpose(1, 2)
+    for mask in (keep, torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))):
+        got, _ = prefix_and_rows_attention(query, prefix_keys, prefix_values, keys, values, mask)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    unmasked = torch.nn.functional.scaled_dot_product_attention(
+        query, whole_keys, whole_values, enable_gqa=True, scale=0.3).transpose(1, 2)
+    got, _ = prefix_and_rows_attention(query, prefix_keys, prefix_values, keys, values, None, 0.3)
+    torch.testing.assert_close(got, unmasked, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=1.0, top_k=40)], ids=["greedy", "seeded"])
+def test_rows_sharing_a_prefix_hold_it_once_and_generate_what_they_generate_alone(tiny, sampling):
+    """The running rows' common prefix is held and read once; it shrinks when a row with less in common joins and
+    grows back when that row leaves, and no row's tokens change."""
+    base = list(range(10, 60))
+    prompts = [base + [5, 6], base + [5, 6], base[:30] + [7, 8, 9], base + [61, 62]]
+    limits, seeds = [40, 6, 8, 30], [1, 2, 3, 4]
+    _, generator = load_generator(tiny)
+    alone = [generator.generate([p], [n], sampling, seeds=[s])[0] for p, n, s in zip(prompts, limits, seeds)]
+    generator.clear()
+    results: dict[int, object] = {}
+    shared = []
+    for i in (0, 1):
+        generator.admit(prompts[i], limits[i], sampling, seeds[i], functools.partial(results.__setitem__, i))
+    generator.step()
+    shared.append(generator.shared_tokens)
+    for i in (2, 3):
+        generator.admit(prompts[i], limits[i], sampling, seeds[i], functools.partial(results.__setitem__, i))
+    while generator.running:
+        generator.step()
+        shared.append(generator.shared_tokens)
+    assert [results[i].tokens for i in range(4)] == [g.tokens for g in alone]
+    for i, g in enumerate(alone):
+        assert results[i].logprobs == pytest.approx(g.logprobs, abs=1e-4)
+    assert shared[0] == len(base) + 1 and 30 in shared  # base + [5], then what the joining row shares
+    assert shared.index(len(base), shared.index(30)) > 0  # rows 1 and 2 ended: the two left share base again
 
 
 def test_greedy_decoding_equals_transformers_generate(tiny):
