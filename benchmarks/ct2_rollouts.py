@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     from seal_envs.evaluation.batch_generate import Sampling, model_generator
+    from seal_envs.prefix_cache import common_prefix
     from seal_envs.tool_template import ensure_tool_template
 
     torch.set_num_threads(args.threads)
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
 
     a, b = outputs["transformers_batched"], outputs["ctranslate2"]
     same = sum(x == y for x, y in zip(a, b))
-    shared = [next((i for i, (s, t) in enumerate(zip(x, y)) if s != t), min(len(x), len(y))) for x, y in zip(a, b)]
+    shared = [common_prefix(x, y) for x, y in zip(a, b)]
     medians = {name: statistics.median(t) for name, t in times.items()}
     result = {
         "model": Path(model).name, "requests": len(prompts), "prompt_tokens": [len(p) for p in prompts[:: args.samples]],

@@ -283,13 +283,12 @@ class BatchGenerator:
         self._joining: list[tuple[_Row, Any]] = []
         self._batch = self._mask = self._positions = self._tokens = None
         self._prefix: list[tuple[Any, Any]] | None = None  # per layer, the keys/values every row shares
-        self._shared = 0  # their length in tokens
 
     @property
     def shared_tokens(self) -> int:
         """Leading tokens all running rows have in common: the batch holds their keys/values once, and each decode
         step reads them once for all rows."""
-        return self._shared
+        return self._prefix[0][0].shape[-2] if self._prefix else 0
 
     @property
     def running(self) -> int:
@@ -396,7 +395,6 @@ class BatchGenerator:
                         for pieces in zip(*(layers for _, layers in sources))]
         if shared:  # the first row's: every row holds the same keys/values for these tokens (up to rounding)
             self._prefix = [tuple(_span(part, 0, shared).contiguous() for part in layer) for layer in sources[0][1]]
-            self._shared = shared
         width = batch.layers[0].length
         device = self.model.device
         self._rows, self._batch = rows, batch
@@ -407,7 +405,7 @@ class BatchGenerator:
 
     def _pieces(self, b: int, row: _Row) -> list[tuple[list, list]]:
         """Per layer, the pieces that hold row ``b``'s keys and values in order: the shared prefix, its own tokens."""
-        own = len(row.sequence) - 1 - self._shared
+        own = len(row.sequence) - 1 - self.shared_tokens
         pieces = []
         for layer, prefix in zip(self._batch.layers, self._prefix or [None] * len(self._batch.layers)):
             keys, values = (t[b:b + 1, :, layer.length - own:layer.length] for t in (layer.keys, layer.values))
