@@ -7,8 +7,10 @@ this tree's (requests decoded together), side by side in one invocation, on the 
 ``--before``: the repository at an older commit (e.g. ``git archive <commit> | tar -x -C DIR``); its
 ``seal_trainer.cpu.HFRolloutServerImpl`` is imported from there in a child process. Prints the wall time of
 the 16 requests per server and dtype, the CPU time the server process spent on them (less sensitive than wall
-time to other work on a shared machine), the generated tokens, the peak RSS of each child, and its memory (PSS)
-after the requests and after ``sleep()``, which verl calls between generation and the actor update.
+time to other work on a shared machine), the generated tokens, the peak RSS of each child, the keys/values its
+prefix cache holds and its memory (PSS) after the requests, and after ``sleep()``, which verl calls between
+generation and the actor update. ``--turns 2`` or more sends each sample's conversation on, as a multi-turn episode
+does: its previous prompt and answer and a tool response.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from transformers import AutoTokenizer
 from seal_envs.tool_template import chat_prompt_ids, ensure_tool_template
 from seal_trainer.cpu import HFRolloutServerImpl
 
-model, max_tokens, samples, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+model, dtype = sys.argv[1], sys.argv[4]
+max_tokens, samples, turns = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
 tok = AutoTokenizer.from_pretrained(model)
 ensure_tool_template(tok, model, "hermes")
 env = gym.make("seal/Shop-v0", mode="eval", sandbox="inprocess")
@@ -46,19 +49,33 @@ def cpu_s():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
+end = tok.convert_tokens_to_ids("<|im_end|>")
+tool_turn = tok.encode("<|im_end|>\n<|im_start|>user\n<tool_response>\n{\"status\": \"ok\"}\n</tool_response>"
+                       "<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+
+def answered(conv, out):  # the conversation, its answer (without its end token) and a tool response
+    ids = list(out.token_ids)
+    return conv + (ids[:-1] if ids and ids[-1] == end else ids) + tool_turn
+
 async def main():
     t0, c0 = time.perf_counter(), cpu_s()
-    outs = await asyncio.gather(*[server.generate(prompt_ids=p, sampling_params={**params, "seed": 1000 * i + s})
-                                  for i, p in enumerate(prompts) for s in range(samples)])
+    convs = {(i, s): list(p) for i, p in enumerate(prompts) for s in range(samples)}
+    outs = []
+    for turn in range(turns):
+        outs = await asyncio.gather(*[server.generate(prompt_ids=c, sampling_params={**params,
+                                                                                     "seed": 1000 * i + s + 100 * turn})
+                                      for (i, s), c in convs.items()])
+        convs = {key: answered(c, o) for (key, c), o in zip(convs.items(), outs)}
     return time.perf_counter() - t0, cpu_s() - c0, outs
 
 def pss_mb():
     return psutil.Process().memory_full_info().pss // 2**20
 
 wall, cpu, outs = asyncio.run(main())
-after_requests = pss_mb()
+after_requests, cache_mb = pss_mb(), server.stats()["cache_bytes"] // 2**20
 asyncio.run(server.sleep())
-print(json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "requests": len(outs),
+print(json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "requests": len(outs) * turns,
+                  "cache_mb_after_requests": cache_mb,
                   "pss_mb_after_requests": after_requests, "pss_mb_after_sleep": pss_mb(),
                   "prompt_tokens": [len(p) for p in prompts],
                   "generated_tokens": sum(len(o.token_ids) for o in outs),
@@ -66,9 +83,9 @@ print(json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "requests": 
 """
 
 
-def run(tree: Path, model: str, max_tokens: int, samples: int, dtype: str) -> dict:
+def run(tree: Path, model: str, max_tokens: int, samples: int, dtype: str, turns: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
-    out = subprocess.run([sys.executable, "-c", CHILD, model, str(max_tokens), str(samples), dtype],
+    out = subprocess.run([sys.executable, "-c", CHILD, model, str(max_tokens), str(samples), dtype, str(turns)],
                          capture_output=True, text=True, env=env, cwd=tree)
     if out.returncode != 0:
         raise SystemExit(f"{tree}: the rollout server failed\n{out.stderr[-3000:]}")
@@ -82,20 +99,23 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--samples", type=int, default=8, help="samples per prompt (2 prompts)")
     p.add_argument("--dtypes", default="float32", help="comma-separated dtypes of this tree's server")
+    p.add_argument("--turns", type=int, default=1, help="requests per sample, each continuing its conversation")
     args = p.parse_args(argv)
     if args.model is None:
         from seal_trainer.models import SMOLLM2, resolve_model
 
         args.model = str(resolve_model(SMOLLM2))
-    results = {"before float32": run(args.before, args.model, args.max_tokens, args.samples, "float32")}
+    results = {"before float32": run(args.before, args.model, args.max_tokens, args.samples, "float32",
+                                         args.turns)}
     for dtype in args.dtypes.split(","):
-        results[f"after {dtype}"] = run(ROOT, args.model, args.max_tokens, args.samples, dtype)
+        results[f"after {dtype}"] = run(ROOT, args.model, args.max_tokens, args.samples, dtype, args.turns)
     base = results["before float32"]
     for name, r in results.items():
         print(f"{name:16s} wall {r['wall_s']:7.1f} s ({base['wall_s'] / r['wall_s']:.1f}x), CPU {r['cpu_s']:7.1f} s "
               f"({base['cpu_s'] / r['cpu_s']:.1f}x) for {r['requests']} requests ({r['generated_tokens']} tokens, "
-              f"prompts {r['prompt_tokens']}), peak RSS {r['peak_rss_mb']} MB, PSS {r['pss_mb_after_requests']} MB "
-              f"after the requests -> {r['pss_mb_after_sleep']} MB after sleep()")
+              f"prompts {r['prompt_tokens']}), peak RSS {r['peak_rss_mb']} MB; after the requests: prefix cache "
+              f"{r['cache_mb_after_requests']} MB, PSS {r['pss_mb_after_requests']} MB -> {r['pss_mb_after_sleep']} MB "
+              f"after sleep()")
     return 0
 
 

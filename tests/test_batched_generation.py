@@ -1,6 +1,7 @@
 """The shared batched generator: a batch generates what each request generates alone (greedy and seeded), greedy
-equals transformers' ``generate``, concurrent requests share batches, the prefix cache is bounded by bytes;
-episodes played in one continuous batch equal one-at-a-time episodes; the mechanism benchmark's arms evolve from the original profile."""
+equals transformers' ``generate``, concurrent requests share batches, the prefix cache is bounded by bytes and holds
+a prefix that stored sequences share once; episodes played in one continuous batch equal one-at-a-time episodes;
+the mechanism benchmark's arms evolve from the original profile."""
 
 from __future__ import annotations
 
@@ -206,24 +207,65 @@ def test_a_request_arriving_mid_batch_joins_it_and_is_answered_when_it_ends(tiny
 
 def test_the_prefix_cache_is_bounded_by_bytes_and_shares_without_copying():
     import torch
-    from seal_envs.prefix_cache import PrefixCache, cache_of
+    from seal_envs.prefix_cache import PrefixCache
 
-    def cache(n):  # 2 layers of 1 x 1 x n x 4 float32: 64 bytes per token
-        return cache_of([(torch.arange(n * 4.).view(1, 1, n, 4), torch.zeros(1, 1, n, 4)) for _ in range(2)])
+    def pieces(n, *shared):  # 2 layers of 1 x 1 x n x 4 float32 (64 bytes per token), after the shared pieces
+        return [([*shared, torch.arange(n * 4.).view(1, 1, n, 4)], [*shared, torch.zeros(1, 1, n, 4)])
+                for _ in range(2)]
 
     prefix = PrefixCache(max_bytes=64 * 25)
-    prefix.store(list(range(10)), cache(10))
-    prefix.store(list(range(12)), cache(12))  # extends the first: replaces it
+    prefix.store(list(range(10)), pieces(10))
+    prefix.store(list(range(12)), pieces(12))  # extends the first: replaces it
     assert len(prefix) == 1 and prefix.nbytes == 64 * 12
     reused, view = prefix.lookup(list(range(8)) + [99])
-    assert reused == 8 and view.get_seq_length() == 8
-    assert view.layers[0].keys.untyped_storage().data_ptr() == prefix._entries[0][1].layers[0].keys.untyped_storage().data_ptr()
-    prefix.store([50 + i for i in range(12)], cache(12))  # 24 tokens held: both fit
+    assert reused == 8 and [p.shape[-2] for p in view[0][0]] == [8]
+    assert view[0][0][0].untyped_storage().data_ptr() == prefix._entries[0][1][0][0][0].untyped_storage().data_ptr()
+    prefix.store([50 + i for i in range(12)], pieces(12))  # 24 tokens held: both fit
     assert len(prefix) == 2
-    prefix.store([80 + i for i in range(5)], cache(5))  # 29 > 25: the least recently used goes
+    prefix.store([80 + i for i in range(5)], pieces(5))  # 29 > 25: the least recently used goes
     assert len(prefix) == 2 and prefix.nbytes <= 64 * 25 and prefix.lookup(list(range(12)))[0] == 0
-    prefix.store(list(range(30)), cache(30))  # larger than the whole budget: nothing is kept
+    prefix.store(list(range(30)), pieces(30))  # larger than the whole budget: nothing is kept
     assert len(prefix) == 0
+
+
+def test_sequences_that_share_a_prefix_piece_hold_it_once():
+    import torch
+    from seal_envs.prefix_cache import PrefixCache
+
+    shared = torch.ones(1, 1, 10, 4)  # 160 bytes, referenced by both entries
+    prefix = PrefixCache(max_bytes=1 << 20)
+    for tail in (100, 200):
+        own_keys = torch.zeros(1, 1, 2, 4)
+        prefix.store(list(range(10)) + [tail, tail + 1], [([shared, own_keys], [shared, shared[:, :, :2]])])
+    assert len(prefix) == 2 and prefix.nbytes == 160 + 2 * 32  # the views of shared count with shared's storage
+    reused, got = prefix.lookup(list(range(10)) + [200, 5])
+    assert reused == 11 and [p.shape[-2] for p in got[0][0]] == [10, 1] and got[0][0][0] is shared
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=1.0, top_k=40)], ids=["greedy", "seeded"])
+def test_the_rows_of_a_batch_store_their_shared_prefix_once_and_later_turns_reuse_it(tiny, sampling):
+    """Each row's keys/values are kept for its conversation's next turn, the prompt the rows shared as one tensor;
+    a next turn that extends a stored sequence prefills only its new tokens and generates what it generates
+    without any cache."""
+    base = list(range(10, 90))
+    prompts = [base + [5, 6], base + [7, 8], base + [9]]
+    _, generator = load_generator(tiny)
+    first = generator.generate(prompts, [6, 6, 6], sampling, seeds=[1, 2, 3])
+    entries = [pieces for _, pieces in generator.cache._entries]
+    assert len(entries) == 3 and all(pieces[0][0][0] is entries[0][0][0][0] for pieces in entries)
+    shared = entries[0][0][0][0]
+    assert shared.shape[-2] == len(base)  # the prompt the three rows share, one tensor in every layer
+    shared_bytes = sum(p.numel() * p.element_size() for keys, values in entries[0] for p in (keys[0], values[0]))
+    copies = sum(p.numel() * p.element_size()
+                 for pieces in entries for keys, values in pieces for p in (*keys, *values))
+    assert generator.cache.nbytes == copies - 2 * shared_bytes  # held once, not three times
+    follow = [p + g.tokens + [40, 41, 42] for p, g in zip(prompts, first)]
+    before = generator.prefill_tokens
+    again = generator.generate(follow, [8, 8, 8], sampling, seeds=[4, 5, 6])
+    assert generator.prefill_tokens - before == 3 * 3  # the new tokens after each stored sequence
+    _, fresh = load_generator(tiny)
+    alone = [fresh.generate([f], [8], sampling, seeds=[s])[0] for f, s in zip(follow, (4, 5, 6))]
+    assert [g.tokens for g in again] == [g.tokens for g in alone]
 
 
 def _mechanism():

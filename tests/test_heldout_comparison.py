@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from seal_envs.evaluation.heldout import HeldoutSettings, compare, evaluate_model, evaluation_sets, summarize
+from seal_envs.evaluation.heldout import (HeldoutSettings, compare, evaluate_model, evaluation_sets, main, pooled,
+                                         summarize)
 from seal_envs.evaluation.stats import detectable_difference, mean_se, paired_difference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +65,24 @@ def test_a_model_is_evaluated_greedy_and_sampled_per_task():
 def _evaluation(rates: dict[str, float]) -> dict:
     per_set = summarize({"greedy": rates, "sampled": rates})
     return {"sets": {"heldout": {**per_set, "tasks": len(rates)}, "ood": {**per_set, "tasks": len(rates)}}}
+
+
+def test_an_arms_seeds_pool_by_task_before_the_paired_difference(tmp_path: Path, capsys):
+    seeds = [_evaluation({"t1": 1.0, "t2": 0.0, "t3": 1.0}), _evaluation({"t1": 0.0, "t2": 0.0, "t3": 1.0})]
+    both = pooled(seeds)
+    assert both["sets"]["heldout"]["greedy"]["per_task"] == {"t1": 0.5, "t2": 0.0, "t3": 1.0}
+    assert both["sets"]["heldout"]["greedy"]["mean"] == pytest.approx(0.5) and both["sets"]["heldout"]["pooled"] == 2
+    base = _evaluation({"t1": 0.0, "t2": 0.0, "t3": 0.5})
+    assert compare(both, base)["heldout"]["greedy"]["diff"] == pytest.approx(1 / 3)  # (0.5 + 0 + 0.5) / 3
+    files = []
+    for i, doc in enumerate([*seeds, base]):
+        files.append(tmp_path / f"{i}.json")
+        files[-1].write_text(json.dumps(doc))
+    assert main(["--compare", f"{files[0]},{files[1]}", str(files[2])]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["heldout"]["greedy"]["diff"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="different 'heldout' tasks"):
+        pooled([seeds[0], _evaluation({"t1": 1.0})])
 
 
 def test_comparison_runs_aggregate_into_curves_and_a_paired_difference(tmp_path: Path):

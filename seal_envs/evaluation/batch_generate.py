@@ -20,7 +20,8 @@ the ~1.6k-token tool prompt at every assistant message dominated the time. ``Bat
    ended (each such change copies the running rows' own tokens once);
 3. samples each row with its own ``torch.Generator`` seeded per request, so what a request generates does not
    depend on which other requests shared its batch (same seed, same tokens: reproducible rollouts);
-4. stores each row's keys/values for the next request of its conversation.
+4. stores each row's keys/values for the next request of its conversation, the batch's shared prefix by
+   reference (one tensor for all rows of a batch, not one copy per row).
 
 ``GenerationQueue`` is the front end for concurrent callers (the rollout server's coroutines, ``seal-eval``'s
 worker threads).
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal_envs.formats import DEFAULT_TOOL_FORMAT
-from seal_envs.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache, cache_of, common_prefix
+from seal_envs.prefix_cache import DEFAULT_MAX_BYTES, Pieces, PrefixCache, cache_of, common_prefix, compact, span
 
 GROUPED_SDPA = "seal_grouped_sdpa"
 SHARED_PREFIX = "seal_shared_prefix"  # the model-call keyword that carries a batch's shared prefix, per layer
@@ -192,23 +193,6 @@ class Generation:
     logprobs: list[float]
 
 
-def _span(pieces: Sequence[Any], start: int, end: int):
-    """Tokens ``start:end`` of keys (or values) held as consecutive pieces (1 x heads x length x dim): a view where
-    one piece holds them all."""
-    import torch
-
-    parts, offset = [], 0
-    for piece in pieces:
-        n = piece.shape[-2]
-        a, b = max(start - offset, 0), min(end - offset, n)
-        if a < b:
-            parts.append(piece[:, :, a:b])
-        offset += n
-    if not parts:
-        return pieces[0][:, :, :0]
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
-
-
 def row_seed(*parts: int) -> int:
     """A 63-bit seed from integers (run seed, step, sample, turn...), stable across processes."""
     import hashlib
@@ -280,7 +264,7 @@ class BatchGenerator:
 
     def _reset(self) -> None:
         self._rows: list[_Row] = []
-        self._joining: list[tuple[_Row, Any]] = []
+        self._joining: list[tuple[_Row, Pieces]] = []
         self._batch = self._mask = self._positions = self._tokens = None
         self._prefix: list[tuple[Any, Any]] | None = None  # per layer, the keys/values every row shares
 
@@ -295,22 +279,27 @@ class BatchGenerator:
         """Requests admitted and not yet ended."""
         return len(self._joining) + sum(not r.over for r in self._rows)
 
-    def _prefilled(self, prompt: list[int]):
-        """A batch-1 cache holding the keys/values of ``prompt[:-1]`` (the last token is fed by the decode)."""
+    def _prefilled(self, prompt: list[int]) -> Pieces:
+        """The pieces holding the keys/values of ``prompt[:-1]`` (the last token is fed by the decode): those the
+        prefix cache holds, referenced, and one new piece for the tokens prefilled now."""
         import torch
 
-        reused, cache = self.cache.lookup(prompt)
+        reused, pieces = self.cache.lookup(prompt)
         self.reused_tokens += reused
         if reused < len(prompt) - 1:
             rest = torch.tensor([prompt[reused:-1]], dtype=torch.long, device=self.model.device)
             self.prefill_tokens += rest.shape[1]
+            past = cache_of([(span(keys, 0, reused), span(values, 0, reused)) for keys, values in pieces]
+                            ) if pieces else None
             t0 = time.perf_counter()
             with torch.no_grad():
-                cache = self.model(input_ids=rest, past_key_values=cache, use_cache=True,
-                                   logits_to_keep=1).past_key_values
+                layers = self.model(input_ids=rest, past_key_values=past, use_cache=True,
+                                    logits_to_keep=1).past_key_values.layers
             self.seconds["prefill"] += time.perf_counter() - t0
-            self.cache.store(prompt[:-1], cache)
-        return cache
+            pieces = [(keys + [compact(layer.keys[:, :, reused:])], values + [compact(layer.values[:, :, reused:])])
+                      for (keys, values), layer in zip(pieces or [([], [])] * len(layers), layers)]
+            self.cache.store(prompt[:-1], pieces)
+        return pieces
 
     def admit(self, prompt: Sequence[int], max_new_tokens: int, sampling: Sampling, seed: int,
               done: Callable[[Generation | BaseException], None]) -> None:
@@ -379,7 +368,7 @@ class BatchGenerator:
         from transformers import DynamicCache
 
         sources = [(row, self._pieces(b, row)) for b, row in enumerate(self._rows) if not row.over]
-        sources += [(row, [([layer.keys], [layer.values]) for layer in cache.layers]) for row, cache in self._joining]
+        sources += self._joining
         self.joins += bool(self._joining)
         self._reset()
         if not sources:
@@ -390,11 +379,11 @@ class BatchGenerator:
         reserve = min(self.GROW, max(row.limit - len(row.new) for row in rows))
         ends = [len(row.sequence) - 1 for row in rows]
         batch = DynamicCache()
-        batch.layers = [_reserved_layer([_span(keys, shared, n) for (keys, _), n in zip(pieces, ends)],
-                                        [_span(values, shared, n) for (_, values), n in zip(pieces, ends)], reserve)
+        batch.layers = [_reserved_layer([span(keys, shared, n) for (keys, _), n in zip(pieces, ends)],
+                                        [span(values, shared, n) for (_, values), n in zip(pieces, ends)], reserve)
                         for pieces in zip(*(layers for _, layers in sources))]
         if shared:  # the first row's: every row holds the same keys/values for these tokens (up to rounding)
-            self._prefix = [tuple(_span(part, 0, shared).contiguous() for part in layer) for layer in sources[0][1]]
+            self._prefix = [tuple(compact(span(part, 0, shared)) for part in layer) for layer in sources[0][1]]
         width = batch.layers[0].length
         device = self.model.device
         self._rows, self._batch = rows, batch
@@ -444,12 +433,11 @@ class BatchGenerator:
         return results  # type: ignore[return-value]
 
     def _store_row(self, b: int, row: _Row) -> None:
-        """Keep the keys/values of one row's real tokens (the shared prefix and its own, padding left out) for its
-        conversation's next turn."""
-        import torch
-
-        self.cache.store(row.sequence, cache_of([(torch.cat(keys, dim=2), torch.cat(values, dim=2))
-                                                 for keys, values in self._pieces(b, row)]))
+        """Keep the keys/values of one row's real tokens for its conversation's next turn: the batch's shared
+        prefix by reference (every row of the batch stores the same tensor), its own tokens copied out of the
+        batch buffer (padding left out)."""
+        self.cache.store(row.sequence, [(keys[:-1] + [compact(keys[-1])], values[:-1] + [compact(values[-1])])
+                                        for keys, values in self._pieces(b, row)])
 
     def clear(self) -> None:
         """Forget stored keys/values (after a weight update they belong to the old weights)."""

@@ -2,6 +2,7 @@
 
     python -m seal_envs.evaluation.heldout --model PATH --json out.json            # shop: eval split + bundled
     python -m seal_envs.evaluation.heldout --compare new.json old.json             # paired by task
+    python -m seal_envs.evaluation.heldout --compare a_s0.json,a_s1.json b_s0.json,b_s1.json   # seeds pooled
     python -m seal_envs.evaluation.heldout --model PATH --sets test --samples 0    # shop's 72 test tasks, greedy
 
 A domain's evaluation sets are its ``task_splits`` ``eval`` split (``heldout``: shop's 24 procedural tasks,
@@ -10,7 +11,8 @@ bundled tasks, out of the training distribution); where the domain declares a ``
 72 more procedural tasks, for paired differences that 24 tasks cannot resolve). Each task is played once greedily and ``samples`` times at
 the training temperature, in eval mode (the original interface), batched (``seal_envs.evaluation.batched``:
 the trainer's budgets, in-process tools). Per set and mode: per-task pass rates, their mean and its standard
-error over tasks (``seal_envs.evaluation.stats``). ``--compare`` gives the paired difference of two such results.
+error over tasks (``seal_envs.evaluation.stats``). ``--compare`` gives the paired difference of two such results;
+either side may be several results (comma-separated: an arm's seeds), each task's pass rate averaged over them.
 """
 
 from __future__ import annotations
@@ -114,6 +116,27 @@ def compare(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[str, dict[st
     return out
 
 
+def pooled(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several results of the same task sets (one arm's seeds) as one: per set and mode, each task's pass rate
+    averaged over them, then summarized as ``evaluate_model`` summarizes."""
+    if len(results) == 1:
+        return dict(results[0])
+    sets: dict[str, Any] = {}
+    for name, doc in results[0]["sets"].items():
+        docs = [r["sets"].get(name) for r in results]
+        if any(d is None for d in docs):
+            continue
+        rates = {}
+        for mode in MODES:
+            if all(mode in d for d in docs):
+                tasks = set(doc[mode]["per_task"])
+                if any(set(d[mode]["per_task"]) != tasks for d in docs):
+                    raise ValueError(f"the pooled results evaluated different {name!r} tasks: pool runs of one task set")
+                rates[mode] = {t: sum(d[mode]["per_task"][t] for d in docs) / len(docs) for t in sorted(tasks)}
+        sets[name] = {**summarize(rates), "tasks": doc["tasks"], "pooled": len(docs)}
+    return {"sets": sets}
+
+
 def format_result(result: Mapping[str, Any]) -> str:
     lines = []
     for name, doc in result["sets"].items():
@@ -136,10 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="tokens per episode after the first prompt (the trainer's data.max_response_length)")
     p.add_argument("--max-tasks", type=int, default=None, help="the first N tasks of each set (smoke runs)")
     p.add_argument("--json", type=Path, help="write the result here")
-    p.add_argument("--compare", nargs=2, type=Path, metavar=("NEW", "OLD"), help="paired difference of two results")
+    p.add_argument("--compare", nargs=2, metavar=("NEW", "OLD"),
+                   help="paired difference of two results; a side may pool several (comma-separated: its seeds)")
     args = p.parse_args(argv)
     if args.compare:
-        new, old = (json.loads(path.read_text()) for path in args.compare)
+        new, old = (pooled([json.loads(Path(path).read_text()) for path in side.split(",")]) for side in args.compare)
+        for label, result in (("NEW", new), ("OLD", old)):
+            print(f"{label}: {format_result(result)}")
         print(json.dumps(compare(new, old), indent=1))
         return 0
     if not args.model:
