@@ -54,7 +54,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from seal_envs.evaluation.stats import detectable_difference, mean_se, paired_difference  # noqa: E402
+from seal_envs.evaluation.stats import detectable_difference, mean_by_task, mean_se, paired_difference  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "comparison"
 SETS = {"heldout": "heldout", "bundled": "ood", "test": "test", "trained": "trained"}  # comparison.json's names -> the evaluated
@@ -330,8 +330,7 @@ def per_task_rates(runs: list[dict[str, Any]], name: str, mode: str, step: str) 
     """Per task, its pass rate averaged over the runs' seeds (the unit of the paired comparison is the task)."""
     tables = [r["evaluation"][name][step][mode]["per_task"] for r in runs
               if mode in r["evaluation"].get(name, {}).get(step, {})]
-    tasks = set.intersection(*(set(t) for t in tables)) if tables else set()
-    return {t: sum(table[t] for table in tables) / len(tables) for t in sorted(tasks)}
+    return mean_by_task(tables)
 
 
 def paired_vs_vanilla(runs: list[dict[str, Any]]) -> dict[str, Any]:

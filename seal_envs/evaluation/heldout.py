@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from seal_envs.evaluation.batched import Job, Limits, play_episodes
-from seal_envs.evaluation.stats import mean_se, paired_difference
+from seal_envs.evaluation.stats import mean_by_task, mean_se, paired_difference
 from seal_envs.formats import DEFAULT_TOOL_FORMAT
 
 MODES = ("greedy", "sampled")
@@ -129,10 +129,10 @@ def pooled(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         rates = {}
         for mode in MODES:
             if all(mode in d for d in docs):
-                tasks = set(doc[mode]["per_task"])
-                if any(set(d[mode]["per_task"]) != tasks for d in docs):
+                tables = [d[mode]["per_task"] for d in docs]
+                if any(set(t) != set(tables[0]) for t in tables):
                     raise ValueError(f"the pooled results evaluated different {name!r} tasks: pool runs of one task set")
-                rates[mode] = {t: sum(d[mode]["per_task"][t] for d in docs) / len(docs) for t in sorted(tasks)}
+                rates[mode] = mean_by_task(tables)
         sets[name] = {**summarize(rates), "tasks": doc["tasks"], "pooled": len(docs)}
     return {"sets": sets}
 

@@ -39,6 +39,13 @@ def paired_difference(a: Mapping[str, float], b: Mapping[str, float], confidence
             "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)}
 
 
+def mean_by_task(tables: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per task that every table holds, its pass rate averaged over the tables (one arm's seeds: the paired
+    comparison's unit is the task)."""
+    tasks = set.intersection(*(set(t) for t in tables)) if tables else set()
+    return {t: sum(float(table[t]) for table in tables) / len(tables) for t in sorted(tasks)}
+
+
 def detectable_difference(se: float, confidence: float = 0.95, power: float = 0.8) -> float:
     """The smallest true difference a test with standard error ``se`` detects at ``confidence`` (two-sided) with
     probability ``power`` (normal approximation): what a decisive answer needs the effect, or the se, to be."""
@@ -46,4 +53,4 @@ def detectable_difference(se: float, confidence: float = 0.95, power: float = 0.
     return (z(0.5 + confidence / 2) + z(power)) * se
 
 
-__all__ = ["detectable_difference", "mean_se", "paired_difference"]
+__all__ = ["detectable_difference", "mean_by_task", "mean_se", "paired_difference"]
