@@ -7,17 +7,22 @@
   eval mode, and BFCL's whole pipeline gives the same verdict; every family is also run through that pipeline on
   a fixed slice of tasks.
 - A training env with the original interface behaves exactly like an eval env.
-Runs in-process (about a minute and a half on 2 cores); a few tasks also in Docker.
+Runs in-process, the two sweeps over all 800 tasks spread over the cores (about two minutes on 2 cores); a few
+tasks also in Docker.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -25,13 +30,16 @@ pytest.importorskip("bfcl_eval")
 
 from seal_envs.bfcl import bfcl_tasks, make_env  # noqa: E402
 from seal_envs.bfcl.checker import call_string  # noqa: E402
-from seal_envs.bfcl.conformance import FAMILIES, ScriptPolicy, judge, message  # noqa: E402
+from seal_envs.bfcl.conformance import FAMILIES, Judgement, ScriptPolicy, judge, message  # noqa: E402
 from seal_envs.bfcl.reference import bfcl_pipeline  # noqa: E402
 from seal_envs.bfcl.split import compute_split, render, SPLIT_FILE  # noqa: E402
 from seal_envs.bfcl.tasks import parse_call  # noqa: E402
 from seal_envs.evaluation.runner import run_episode  # noqa: E402
 from seal_envs.interface import InterfaceState  # noqa: E402
 from seal_envs.spec import load_domain  # noqa: E402
+from seal_envs.task import Task  # noqa: E402
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,11 +89,32 @@ def test_miss_func_and_miss_param_turns():
         assert any(not t.ground_truth for t in task.turns) and not any(t.expects_abstention for t in task.turns)
 
 
+def _over_processes(work: Callable[[int, int], T]) -> list[T]:
+    """``work(shard, shards)`` in a process per core (at most 4), each shard every ``shards``-th task of the 800."""
+    shards = max(1, min(os.cpu_count() or 1, 4))
+    with ProcessPoolExecutor(shards, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(work, range(shards), [shards] * shards))
+
+
+def _shard_tasks(shard: int, shards: int) -> tuple[Any, list[Task]]:
+    """An eval env of this process's own and its shard of the tasks."""
+    env = make_env(split="all", mode="eval", sandbox="inprocess")
+    return env, env.unwrapped.tasks[shard::shards]
+
+
+def _judge_shard(shard: int, shards: int) -> dict[str, list[Judgement]]:
+    """Every family on every task of the shard."""
+    env, tasks = _shard_tasks(shard, shards)
+    with env:
+        return {family: [j for task in tasks if (j := judge(env, task, family)) is not None] for family in FAMILIES}
+
+
 @pytest.fixture(scope="module")
-def judgements(env):
-    """Every family on every task it applies to (the env's verdict and the official checker's)."""
-    return {family: [j for task in env.unwrapped.tasks if (j := judge(env, task, family)) is not None]
-            for family in FAMILIES}
+def judgements():
+    """Every family on every task it applies to (the env's verdict and the official checker's): about 12,000
+    trajectories, 150 s in one process on 2 cores, so the tasks are shared out over the cores."""
+    parts = _over_processes(_judge_shard)
+    return {family: [j for part in parts for j in part[family]] for family in FAMILIES}
 
 
 def test_ground_truth_scores_one_on_all_800(judgements):
@@ -111,16 +140,24 @@ def test_every_family_agrees_with_the_official_checker(judgements):
             "multi_turn:empty_turn_model_response", "multi_turn:force_terminated"} <= set(reasons)
 
 
-def test_requests_and_verdicts_equal_bfcl_pipeline_on_all_800(env):
+def _pipeline_differences(shard: int, shards: int) -> tuple[int, list[str]]:
+    """The shard's size and its tasks on which the ground truth's requests or verdict differ from BFCL's pipeline."""
+    policy = ScriptPolicy(lambda task: [[message(t.ground_truth)] if t.ground_truth else [] for t in task.turns])
+    env, tasks = _shard_tasks(shard, shards)
+    with env:
+        differences = []
+        for task in tasks:
+            ours, theirs = run_episode(env, policy, task), bfcl_pipeline(task, policy)
+            if (ours.requests_sha256, ours.passed) != (theirs.requests_sha256, theirs.valid):
+                differences.append(task.id)
+    return len(tasks), differences
+
+
+def test_requests_and_verdicts_equal_bfcl_pipeline_on_all_800():
     """Ground truth on all 800 tasks: what the model is sent, request by request, and the verdict."""
-    policy = ScriptPolicy(lambda task: [[message(t.ground_truth)] if t.ground_truth else []
-                                        for t in task.turns])
-    differences = []
-    for task in env.unwrapped.tasks:
-        ours, theirs = run_episode(env, policy, task), bfcl_pipeline(task, policy)
-        if (ours.requests_sha256, ours.passed) != (theirs.requests_sha256, theirs.valid):
-            differences.append(task.id)
-    assert len(env.unwrapped.tasks) == 800 and not differences, differences[:10]
+    parts = _over_processes(_pipeline_differences)
+    differences = [task_id for _, part in parts for task_id in part]
+    assert sum(n for n, _ in parts) == 800 and not differences, differences[:10]
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -1,9 +1,10 @@
 """The main job end to end: real verl GRPO steps of SmolLM2-135M-Instruct on CPU, tools in Docker sandboxes.
 
 Runs ``seal-train`` (the README's main job, smaller: no warm start, 2 steps of 1 prompt x 2 rollouts, one
-held-out task) and checks, from its run folder: the steps ran with SEAL's advantage reweighting and interface
-evolution, the prompts carried the tool schemas (SmolLM2's own template drops them), held-out success was
-measured before and after, every rollout's text was saved, and the console stayed readable. Measured on 2 cores: about 5 minutes.
+held-out task, responses of at most 128 tokens) and checks, from its run folder: the steps ran with SEAL's
+advantage reweighting and interface evolution, the prompts carried the tool schemas (SmolLM2's own template drops
+them), held-out success was measured before and after, every rollout's text was saved, and the console stayed
+readable. Measured on 2 cores: about 4-5 minutes, most of it verl's and Ray's start-up.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def test_seal_train_smollm2_two_steps(tmp_path: Path, docker_daemon):
     env.pop("SEAL_COMPUTE_DTYPE", None)  # the main job as users run it: the machine's own dtype (bf16 with bf16 units)
     cmd = [sys.executable, "-m", "seal_trainer.cli", "seal.warm_start.steps=0", "trainer.total_training_steps=2",
            "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-           "actor_rollout_ref.rollout.n=2", "data.max_response_length=256", "seal.dataset.n_val=1",
+           "actor_rollout_ref.rollout.n=2", "data.max_response_length=128", "seal.dataset.n_val=1",
            f"trainer.default_local_dir={run_dir}", "seal.env.sandbox=docker", "trainer.experiment_name=it"]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1150)
     log = run_dir / "seal_steps.jsonl"

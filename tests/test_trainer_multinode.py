@@ -9,8 +9,10 @@ worker but not verl's task runner is killed (the trainer lives on and must notic
 - every node's daemon ran sandboxes (a worker only sees its own node's daemon);
 - the interface published after step 1 is in every training prompt of step 2 (one per node), not in step 1's,
   and no held-out prompt carries any interface cue;
-- the lost node fails the run within a bound (verl alone would wait for the lost worker's episodes for ever), named
-  by ``seal-train``, and nothing of step 3 is scored (or, should verl ever retry, the step's lost samples are infrastructure errors);
+- the run never hangs on the lost node (verl alone would wait for the lost worker's episodes for ever): a failed run
+  names it; step 3 is either not scored at all or, when the episodes that touched the lost node came back as
+  failures (a CI run saw this: 2 of step 3's samples) or verl retried, scored with those samples as infrastructure
+  errors, never the agent's;
 - each surviving node's reaper removed the job's sandboxes and left a live process's container alone.
 """
 
@@ -146,12 +148,13 @@ def test_three_nodes_train_then_one_is_lost(cluster, tmp_path):
     assert len(held_out) == 2 * NODES, len(held_out)
     assert not any(c in r["input"] for r in held_out for c in _every_cue())  # eval envs: the original interface
 
-    if child.returncode != 0:  # the step failed: Ray's node-death error, named; nothing of step 3 was scored
+    if child.returncode != 0:  # the run failed: Ray's node-death error or SEAL's lost worker, named
         named = f"training failed because Ray node {cluster.nodes[victim].node_id} died"  # once Ray marked it dead
         noticed = "an agent-loop worker died or cannot be reached (its node lost?)"  # SEAL's trainer, often sooner
         assert named in out or noticed in log, out[-2000:] + log[-4000:]
-        assert 3 not in steps and 3 not in rollouts, sorted(steps)
-    else:  # a retried or completed step: the lost node's samples are infrastructure errors, never the agent's
+    if 3 in steps:  # step 3 ended (its lost episodes came back as failures, or verl retried): never the agent's fault
         assert steps[3]["infrastructure_errors"] >= 1, steps[3]
+    else:  # the step failed: nothing of it was scored
+        assert child.returncode != 0 and 3 not in rollouts, (child.returncode, sorted(rollouts))
     for i, (node, mine) in enumerate(zip(cluster.nodes, foreign)):  # the survivors' reapers: the job's sandboxes only
         assert i == victim or [c["Id"] for c in node.sandboxes()] == [mine], i
